@@ -1,0 +1,18 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "RetryingOperation",
+    platforms: [.macOS(.v10_15), .iOS(.v13), .tvOS(.v13), .watchOS(.v6)],
+    products: [
+        .library(name: "RetryingOperation", targets: ["RetryingOperation"]),
+        .library(name: "PersistentOperations", targets: ["PersistentOperations"]),
+    ],
+    targets: [
+        .target(name: "RetryingOperation"),
+        .target(name: "PersistentOperations", dependencies: ["RetryingOperation"]),
+        .testTarget(name: "RetryingOperationTests", dependencies: ["RetryingOperation"]),
+        .testTarget(name: "PersistentOperationsTests", dependencies: ["PersistentOperations"]),
+    ],
+    swiftLanguageModes: [.v6]
+)
