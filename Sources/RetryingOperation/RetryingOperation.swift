@@ -1,1 +1,415 @@
 import Foundation
+
+/// An abstract `Operation` that retries its work.
+///
+/// Subclass it, say whether the work is synchronous or asynchronous, and implement one
+/// attempt in ``startBaseOperation(isRetry:)``. When the attempt is over, call one of the
+/// `baseOperationEnded` methods: that decides whether the operation finishes or waits and
+/// retries. The class manages `isExecuting` / `isFinished` (announced with KVO, so
+/// `OperationQueue`, dependencies, `waitUntilFinished()` and `completionBlock` work on
+/// Linux and Apple platforms), the wait before each retry, cancellation and the retry
+/// count.
+///
+/// ```swift
+/// final class UploadOperation: RetryingOperation, @unchecked Sendable {
+///     let file: URL
+///     init(file: URL) { self.file = file; super.init() }
+///
+///     override var isAsynchronous: Bool { true }
+///
+///     override func startBaseOperation(isRetry: Bool) {
+///         uploader.upload(file) { result in
+///             switch result {
+///             case .success: self.baseOperationEnded()
+///             case .failure(let error) where error.isTransient:
+///                 self.baseOperationEnded(withRetriableError: error)   // the retry policy decides
+///             case .failure(let error):
+///                 self.baseOperationEnded(failingWith: error)          // no retry
+///             }
+///         }
+///     }
+///
+///     override func cancelBaseOperation() { uploader.cancel(file) }
+/// }
+/// ```
+///
+/// ## Rules
+///
+/// - Call exactly one `baseOperationEnded` method per attempt, from any thread. A
+///   synchronous operation (``isAsynchronous`` is `false`) must call it before
+///   ``startBaseOperation(isRetry:)`` returns.
+/// - ``startBaseOperation(isRetry:)``, ``cancelBaseOperation()`` and the retry helpers'
+///   `setup()` / `teardown()` are called one at a time, never concurrently with each other
+///   (except ``cancelBaseOperation()`` of a *synchronous* operation, which is called from
+///   the thread that cancels, while the attempt runs — as in the earlier library). Make no
+///   other assumption about the thread they run on.
+/// - Cancelled operations are never retried. Cancelling while waiting for a retry tears
+///   the retry helpers down and finishes the operation at once.
+/// - Waiting for a retry never blocks a thread: the operation stays executing (it keeps
+///   its slot in a bounded `OperationQueue`) and the next attempt starts from the retry
+///   scheduler's thread. A synchronous operation started by hand with `start()` outside an
+///   `OperationQueue` keeps the calling thread until it finishes, as `start()` of a
+///   synchronous `Operation` does.
+///
+/// ## Thread safety
+///
+/// Every public member may be called from any thread. The class is `@unchecked Sendable`
+/// because its mutable state is either behind one lock or confined to the operation's
+/// serial callout queue.
+open class RetryingOperation: Operation, @unchecked Sendable {
+    // @unchecked: shared state lives in `machine` (a `Locked`); `installedHelpers` is only
+    // touched by jobs of `callouts`, which run one at a time.
+
+    let machine = Locked(MachineState())
+    let callouts = CalloutQueue()
+    var installedHelpers: [RetryHelper]?
+
+    /// Creates an operation that has not started yet.
+    public override init() {
+        super.init()
+    }
+
+    /// Whether one attempt ends before ``startBaseOperation(isRetry:)`` returns (`false`)
+    /// or later, from any thread (`true`).
+    ///
+    /// Subclasses must override it: there is no good default for an operation whose
+    /// attempts may be either.
+    ///
+    /// ```swift
+    /// override var isAsynchronous: Bool { true }
+    /// ```
+    open override var isAsynchronous: Bool {
+        preconditionFailure("\(type(of: self)) must override isAsynchronous: RetryingOperation subclasses say whether their attempts are synchronous or asynchronous")
+    }
+
+    // MARK: - For subclasses
+
+    /// Starts one attempt. Subclasses override it; never call it yourself.
+    ///
+    /// - Parameter isRetry: `false` for the first attempt, `true` for every retry.
+    ///
+    /// A synchronous operation does its work here and calls a `baseOperationEnded` method
+    /// before returning. An asynchronous one starts the work, returns as soon as possible,
+    /// and calls a `baseOperationEnded` method when the work is over.
+    ///
+    /// ```swift
+    /// override func startBaseOperation(isRetry: Bool) {
+    ///     do {
+    ///         try store.flush()
+    ///         baseOperationEnded()
+    ///     } catch {
+    ///         baseOperationEnded(withRetriableError: error)
+    ///     }
+    /// }
+    /// ```
+    open func startBaseOperation(isRetry: Bool) {
+    }
+
+    /// Stops the attempt in progress. Called when the operation is cancelled while an
+    /// attempt runs; `isCancelled` is already `true`. Subclasses override it; never call it
+    /// yourself.
+    ///
+    /// The attempt must still end with a `baseOperationEnded` method; whatever it passes,
+    /// a cancelled operation finishes with ``Outcome/cancelled`` (unless it reports success).
+    /// Handle a call that races with the end of the attempt gracefully.
+    ///
+    /// ```swift
+    /// override func cancelBaseOperation() { task?.cancel() }
+    /// ```
+    open func cancelBaseOperation() {
+    }
+
+    /// Ends the current attempt successfully: the operation finishes with
+    /// ``Outcome/succeeded``.
+    ///
+    /// ```swift
+    /// baseOperationEnded()
+    /// ```
+    public final func baseOperationEnded() {
+        endAttempt(.succeeded)
+    }
+
+    /// Ends the current attempt and retries after `delay` seconds.
+    ///
+    /// The retry counts in ``numberOfRetries`` but is not checked against
+    /// ``retryPolicy``, exactly as in the earlier library. To let the policy limit retries,
+    /// use ``baseOperationEnded(withRetriableError:)`` or
+    /// ``baseOperationEnded(needsRetryIn:countsTowardRetryLimit:)``.
+    ///
+    /// ```swift
+    /// baseOperationEnded(needsRetryIn: 5)
+    /// ```
+    public final func baseOperationEnded(needsRetryIn delay: TimeInterval) {
+        endAttempt(.retry(after: .delay(delay), counted: true, enforcesLimit: false, error: nil))
+    }
+
+    /// Ends the current attempt and waits for `retryHelpers` before the next one.
+    ///
+    /// - Parameter retryHelpers: `nil` ends the operation successfully (no retry); an empty
+    ///   array waits until ``retryNow()``, ``retry(in:)`` or ``retry(withHelpers:)`` is
+    ///   called, or the operation is cancelled.
+    ///
+    /// The retry counts in ``numberOfRetries`` but is not checked against
+    /// ``retryPolicy``, exactly as in the earlier library.
+    ///
+    /// ```swift
+    /// baseOperationEnded(retryHelpers: [NetworkIsBackRetryHelper(operation: self)])
+    /// ```
+    public final func baseOperationEnded(retryHelpers: [RetryHelper]?) {
+        guard let retryHelpers else {
+            endAttempt(.succeeded)
+            return
+        }
+        endAttempt(.retry(after: .helpers(retryHelpers), counted: true, enforcesLimit: false, error: nil))
+    }
+
+    /// Ends the current attempt as a failure that must not be retried: the operation
+    /// finishes with ``Outcome/failed(_:)`` carrying `error`.
+    ///
+    /// ```swift
+    /// baseOperationEnded(failingWith: UploadError.fileTooLarge)
+    /// ```
+    public final func baseOperationEnded(failingWith error: any Error) {
+        endAttempt(.failed(error))
+    }
+
+    /// Ends the current attempt with an error that may go away, and lets ``retryPolicy``
+    /// decide: while the policy allows another counted retry, the operation waits for the
+    /// policy's backoff delay and retries; otherwise it finishes with
+    /// ``Outcome/failed(_:)`` carrying `error`.
+    ///
+    /// ```swift
+    /// catch let error as URLError where error.code == .timedOut {
+    ///     baseOperationEnded(withRetriableError: error)
+    /// }
+    /// ```
+    public final func baseOperationEnded(withRetriableError error: any Error) {
+        endAttempt(.retry(after: .policyDelay, counted: true, enforcesLimit: true, error: error))
+    }
+
+    /// Ends the current attempt and retries after `delay` seconds, saying whether the
+    /// retry uses up the retry budget.
+    ///
+    /// - Parameters:
+    ///   - delay: Seconds to wait before the next attempt.
+    ///   - countsTowardRetryLimit: `true` for an ordinary retry: it increments
+    ///     ``numberOfRetries`` and, once ``retryPolicy`` allows no more retries, the
+    ///     operation fails with ``RetryingOperationError/Code-swift.struct/retryLimitReached``
+    ///     instead. `false` for a conditional retry — waiting for the network, a lock, a
+    ///     rate limit — which neither counts nor is limited.
+    ///
+    /// ```swift
+    /// // The server asked us to come back later: that is not a failure of ours.
+    /// baseOperationEnded(needsRetryIn: retryAfter, countsTowardRetryLimit: false)
+    /// ```
+    public final func baseOperationEnded(needsRetryIn delay: TimeInterval, countsTowardRetryLimit: Bool) {
+        endAttempt(.retry(after: .delay(delay), counted: countsTowardRetryLimit, enforcesLimit: countsTowardRetryLimit, error: nil))
+    }
+
+    /// Ends the current attempt and waits for `retryHelpers`, saying whether the retry uses
+    /// up the retry budget (see ``baseOperationEnded(needsRetryIn:countsTowardRetryLimit:)``).
+    ///
+    /// ```swift
+    /// // Wait for connectivity without spending a retry.
+    /// baseOperationEnded(retryHelpers: [NetworkIsBackRetryHelper(operation: self)],
+    ///                    countsTowardRetryLimit: false)
+    /// ```
+    public final func baseOperationEnded(retryHelpers: [RetryHelper], countsTowardRetryLimit: Bool) {
+        endAttempt(.retry(after: .helpers(retryHelpers), counted: countsTowardRetryLimit, enforcesLimit: countsTowardRetryLimit, error: nil))
+    }
+
+    // MARK: - Controlling a wait
+
+    /// Skips the rest of the current wait and retries now.
+    ///
+    /// Does nothing (and logs a warning) unless the operation is waiting for a retry. The
+    /// retry starts on a background thread, never on the caller's.
+    ///
+    /// ```swift
+    /// reachability.onReachable = { operation.retryNow() }
+    /// ```
+    public final func retryNow() {
+        retry(withHelpers: nil)
+    }
+
+    /// Replaces the current wait with a wait of `delay` seconds.
+    ///
+    /// Does nothing (and logs a warning) unless the operation is waiting for a retry.
+    ///
+    /// ```swift
+    /// operation.retry(in: 1)
+    /// ```
+    public final func retry(in delay: TimeInterval) {
+        retry(withHelpers: [TimerRetryHelper(retryDelay: delay, retryingOperation: self)])
+    }
+
+    /// Replaces the current wait: tears the current retry helpers down, then sets
+    /// `helpers` up, or retries now when `helpers` is `nil`.
+    ///
+    /// An empty array waits until the next call to one of the `retry` methods. Does
+    /// nothing (and logs a warning) unless the operation is waiting for a retry.
+    ///
+    /// ```swift
+    /// operation.retry(withHelpers: [NetworkIsBackRetryHelper(operation: operation)])
+    /// ```
+    public final func retry(withHelpers helpers: [RetryHelper]?) {
+        let handedOver = HandedOver(helpers)
+        DispatchQueue.global().async {
+            self.callouts.run { self.applyRequestedRetry(handedOver.value) }
+        }
+    }
+
+    // MARK: - Configuration
+
+    /// How ``baseOperationEnded(withRetriableError:)`` and counted retries decide whether
+    /// and when to retry. Defaults to ``RetryPolicy/default``.
+    ///
+    /// Set it before the operation starts; a change applies to the next decision.
+    ///
+    /// ```swift
+    /// operation.retryPolicy = RetryPolicy(retryLimit: .maximum(5), backoff: .constant(2))
+    /// ```
+    public var retryPolicy: RetryPolicy {
+        get { machine.withLock { $0.retryPolicy } }
+        set { machine.withLock { $0.retryPolicy = newValue } }
+    }
+
+    /// What measures the waits before retries. Defaults to a ``DispatchRetryScheduler``;
+    /// tests set a ``ManualRetryScheduler`` to run retry logic without real waiting.
+    ///
+    /// Set it before the operation starts.
+    ///
+    /// ```swift
+    /// let clock = ManualRetryScheduler()
+    /// operation.retryScheduler = clock
+    /// ```
+    public var retryScheduler: any RetryScheduler {
+        get { machine.withLock { $0.retryScheduler } }
+        set { machine.withLock { $0.retryScheduler = newValue } }
+    }
+
+    /// Receives what the operation has to say: retries scheduled, misuse warnings,
+    /// outcomes. `nil` (the default) logs nothing.
+    ///
+    /// ```swift
+    /// operation.logHandler = RetryLogHandler(minimumLevel: .info) { message in
+    ///     logger.log("\(message)")
+    /// }
+    /// ```
+    public var logHandler: RetryLogHandler? {
+        get { machine.withLock { $0.logHandler } }
+        set { machine.withLock { $0.logHandler = newValue } }
+    }
+
+    // MARK: - Progress and outcome
+
+    /// The number of counted retries started so far: `0` during the first attempt and the
+    /// wait that follows it, `1` during the second attempt, and so on. `nil` before the
+    /// operation starts and after it finishes. Uncounted (conditional) retries do not
+    /// increase it.
+    ///
+    /// ```swift
+    /// override func startBaseOperation(isRetry: Bool) {
+    ///     print("attempt after \(numberOfRetries ?? 0) retries")
+    /// }
+    /// ```
+    public var numberOfRetries: Int? {
+        machine.withLock { state in
+            state.phase.isExecuting ? state.numberOfRetries : nil
+        }
+    }
+
+    /// The number of attempts started so far, counted and uncounted retries included. Kept
+    /// after the operation finishes.
+    ///
+    /// ```swift
+    /// print("finished after \(operation.numberOfAttempts) attempts")
+    /// ```
+    public var numberOfAttempts: Int {
+        machine.withLock { $0.numberOfAttempts }
+    }
+
+    /// Whether the operation is waiting for its next attempt.
+    ///
+    /// ```swift
+    /// if operation.isWaitingToRetry { operation.retryNow() }
+    /// ```
+    public var isWaitingToRetry: Bool {
+        machine.withLock { state in
+            if case .waiting = state.phase { return true }
+            return false
+        }
+    }
+
+    /// How the operation ended, or `nil` while it has not finished.
+    ///
+    /// ```swift
+    /// operation.waitUntilFinished()
+    /// if case .failed(let error)? = operation.outcome { report(error) }
+    /// ```
+    public var outcome: Outcome? {
+        machine.withLock { state in
+            if case .finished(let outcome) = state.phase { return outcome }
+            return nil
+        }
+    }
+
+    /// How the operation ended, awaited without blocking a thread.
+    ///
+    /// Returns at once when the operation has already finished. Cancelling the awaiting
+    /// task does not cancel the operation.
+    ///
+    /// ```swift
+    /// queue.addOperation(operation)
+    /// let outcome = await operation.finalOutcome
+    /// ```
+    public var finalOutcome: Outcome {
+        get async {
+            await withCheckedContinuation { continuation in
+                let finished: Outcome? = machine.withLock { state in
+                    if case .finished(let outcome) = state.phase { return outcome }
+                    state.outcomeWaiters.append(continuation)
+                    return nil
+                }
+                if let finished { continuation.resume(returning: finished) }
+            }
+        }
+    }
+
+    // MARK: - Operation
+
+    public final override func start() {
+        let isFirstStart = machine.withLock { state -> Bool in
+            guard !state.hasStarted else { return false }
+            state.hasStarted = true
+            return true
+        }
+        guard isFirstStart else {
+            log(.error, "start() was called on an operation that had already started; ignored")
+            return
+        }
+        callouts.run { self.beginAttempt(isRetry: false) }
+        if !isAsynchronous && OperationQueue.current == nil && !isFinished {
+            // Started by hand: a synchronous operation is finished when start() returns.
+            waitUntilFinished()
+        }
+    }
+
+    /// Cancels the operation. An attempt in progress is asked to stop with
+    /// ``cancelBaseOperation()``; a wait for a retry ends at once.
+    public final override func cancel() {
+        super.cancel()
+        if !isAsynchronous && machine.withLock({ $0.phase.isRunningAttempt }) {
+            cancelBaseOperation()
+        }
+        callouts.run { self.processCancellation() }
+    }
+
+    public final override var isExecuting: Bool {
+        machine.withLock { $0.phase.isExecuting }
+    }
+
+    public final override var isFinished: Bool {
+        machine.withLock { $0.phase.isFinished }
+    }
+}

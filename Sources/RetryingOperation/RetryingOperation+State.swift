@@ -1,0 +1,288 @@
+import Foundation
+
+// The private state machine of `RetryingOperation`.
+//
+//     idle ──start──▶ running ──end(retry)──▶ waiting ──helper/retryNow──▶ running …
+//       │               │                        │
+//       │ cancelled     │ end(success/failure)   │ cancel
+//       ▼               ▼                        ▼
+//     finished ◀────────┴────────────────────────┘
+//
+// Every transition runs as a job of the operation's `CalloutQueue`, so transitions never
+// interleave and the KVO `willChange`/`didChange` pairs around them are properly nested.
+// The lock (`machine`) is held only to read or write `MachineState`, never while user code
+// runs or a KVO notification is posted.
+//
+// Linux Foundation has no real KVO: its `OperationQueue` learns that an operation started
+// or finished only through `didChangeValue(forKey:)` with "isExecuting" / "isFinished",
+// which `Operation` forwards to the queue. Apple's `OperationQueue` observes the same keys.
+
+struct MachineState: Sendable {
+    enum Phase: Sendable {
+        case idle
+        /// An attempt is running; `hasEnded` once `baseOperationEnded` was called for it
+        /// (its end is then being processed).
+        case running(hasEnded: Bool)
+        /// Waiting for the next attempt. `generation` identifies this wait, so a timer of
+        /// an earlier wait that fires late is ignored.
+        case waiting(generation: UInt64, counted: Bool)
+        case finished(RetryingOperation.Outcome)
+
+        var isExecuting: Bool {
+            switch self {
+            case .running, .waiting: return true
+            case .idle, .finished: return false
+            }
+        }
+
+        var isFinished: Bool {
+            if case .finished = self { return true }
+            return false
+        }
+
+        var isRunningAttempt: Bool {
+            if case .running(hasEnded: false) = self { return true }
+            return false
+        }
+    }
+
+    var phase = Phase.idle
+    var hasStarted = false
+    var numberOfRetries = 0
+    var numberOfAttempts = 0
+    var waitGeneration: UInt64 = 0
+    var retryPolicy = RetryPolicy.default
+    var retryScheduler: any RetryScheduler = DispatchRetryScheduler()
+    var logHandler: RetryLogHandler?
+    var outcomeWaiters: [CheckedContinuation<RetryingOperation.Outcome, Never>] = []
+}
+
+/// How an attempt ended, as reported by a `baseOperationEnded` method.
+enum AttemptEnd {
+    enum Wait {
+        case delay(TimeInterval)
+        case helpers([RetryHelper])
+        case policyDelay
+    }
+
+    case succeeded
+    case failed(any Error)
+    /// Retry after `wait`. `counted` retries increment `numberOfRetries`; when
+    /// `enforcesLimit`, the retry policy may refuse it, and the operation then fails with
+    /// `error` (or `retryLimitReached`).
+    case retry(after: Wait, counted: Bool, enforcesLimit: Bool, error: (any Error)?)
+}
+
+extension RetryingOperation {
+    // MARK: Attempts
+
+    /// Starts the first attempt (`isRetry == false`, from `start()`) or the next one (from
+    /// a wait). A job of `callouts`.
+    func beginAttempt(isRetry: Bool) {
+        let counted: Bool? = machine.withLock { state in
+            switch state.phase {
+            case .idle where !isRetry: return false
+            case .waiting(_, let counted) where isRetry: return counted
+            default: return nil
+            }
+        }
+        guard let counted else { return }
+        if isCancelled {
+            finish(.cancelled)
+            return
+        }
+
+        if !isRetry { willChangeValue(forKey: "isExecuting") }
+        let (attempt, retries) = machine.withLock { state in
+            if isRetry && counted { state.numberOfRetries += 1 }
+            state.numberOfAttempts += 1
+            state.phase = .running(hasEnded: false)
+            return (state.numberOfAttempts, state.numberOfRetries)
+        }
+        if !isRetry { didChangeValue(forKey: "isExecuting") }
+
+        log(.debug, "starting attempt \(attempt) (\(retries) counted retries so far)")
+        startBaseOperation(isRetry: isRetry)
+
+        if !isAsynchronous && machine.withLock({ $0.phase.isRunningAttempt }) {
+            log(.error, "synchronous attempt \(attempt) returned without calling baseOperationEnded; the operation fails")
+            machine.withLock { $0.phase = .running(hasEnded: true) }
+            finish(.failed(RetryingOperationError(
+                code: .synchronousAttemptDidNotEnd,
+                message: "\(type(of: self)).startBaseOperation(isRetry:) returned without calling baseOperationEnded, which a synchronous operation must do"
+            )))
+        }
+    }
+
+    /// Records the end of the running attempt; the end itself is processed as a job.
+    func endAttempt(_ end: AttemptEnd) {
+        let accepted = machine.withLock { state -> Bool in
+            guard state.phase.isRunningAttempt else { return false }
+            state.phase = .running(hasEnded: true)
+            return true
+        }
+        guard accepted else {
+            log(.error, "baseOperationEnded was called while no attempt was running (called twice, or after a cancel finished the operation); ignored")
+            return
+        }
+        callouts.run { self.processAttemptEnd(end) }
+    }
+
+    private func processAttemptEnd(_ end: AttemptEnd) {
+        switch end {
+        case .succeeded:
+            finish(.succeeded)
+        case .failed(let error):
+            finish(isCancelled ? .cancelled : .failed(error))
+        case .retry(let wait, let counted, let enforcesLimit, let error):
+            guard !isCancelled else {
+                finish(.cancelled)
+                return
+            }
+            let (retries, policy) = machine.withLock { ($0.numberOfRetries, $0.retryPolicy) }
+            if enforcesLimit && !policy.allowsRetry(afterRetries: retries) {
+                log(.info, "retry limit reached after \(retries) retries; the operation fails")
+                finish(.failed(error ?? RetryingOperationError(
+                    code: .retryLimitReached,
+                    message: "the retry policy allows no more than \(retries) retries"
+                )))
+                return
+            }
+            let helpers: [RetryHelper]
+            switch wait {
+            case .helpers(let given):
+                helpers = given
+                log(.info, "attempt failed; waiting for \(given.count) retry helper(s)\(counted ? "" : " (uncounted retry)")")
+            case .delay(let delay):
+                helpers = [TimerRetryHelper(retryDelay: delay, retryingOperation: self)]
+                log(.info, "attempt failed; retrying in \(delay) s\(counted ? "" : " (uncounted retry)")")
+            case .policyDelay:
+                let delay = policy.delay(forRetry: retries + 1)
+                helpers = [TimerRetryHelper(retryDelay: delay, retryingOperation: self)]
+                log(.info, "attempt failed\(error.map { " with \($0)" } ?? ""); retrying in \(delay) s\(counted ? "" : " (uncounted retry)")")
+            }
+            machine.withLock { state in
+                state.waitGeneration &+= 1
+                state.phase = .waiting(generation: state.waitGeneration, counted: counted)
+            }
+            install(helpers)
+        }
+    }
+
+    // MARK: Waits
+
+    /// The identifier of the current wait, read by a `TimerRetryHelper` in `setup()`.
+    var currentWaitGeneration: UInt64 {
+        machine.withLock { $0.waitGeneration }
+    }
+
+    /// A timer of wait `generation` fired. Runs the retry on the calling thread.
+    func timerFired(forWait generation: UInt64) {
+        callouts.run {
+            let isCurrentWait = self.machine.withLock { state -> Bool in
+                if case .waiting(generation, _) = state.phase { return true }
+                return false
+            }
+            guard isCurrentWait else { return }
+            self.tearDownHelpers()
+            self.beginAttempt(isRetry: true)
+        }
+    }
+
+    /// `retryNow()` / `retry(in:)` / `retry(withHelpers:)`. A job of `callouts`.
+    func applyRequestedRetry(_ helpers: [RetryHelper]?) {
+        let phase = machine.withLock { $0.phase }
+        guard case .waiting = phase else {
+            log(.warning, "a retry was requested while the operation was not waiting for one (\(phase.logDescription)); ignored")
+            return
+        }
+        tearDownHelpers()
+        if let helpers {
+            machine.withLock { state in
+                guard case .waiting(_, let counted) = state.phase else { return }
+                state.waitGeneration &+= 1
+                state.phase = .waiting(generation: state.waitGeneration, counted: counted)
+            }
+            install(helpers)
+        } else {
+            beginAttempt(isRetry: true)
+        }
+    }
+
+    private func install(_ helpers: [RetryHelper]) {
+        var helpers = helpers
+        for index in helpers.indices {
+            helpers[index].setup()
+        }
+        installedHelpers = helpers
+    }
+
+    private func tearDownHelpers() {
+        guard var helpers = installedHelpers else { return }
+        installedHelpers = nil
+        for index in helpers.indices {
+            helpers[index].teardown()
+        }
+    }
+
+    // MARK: Cancellation and finish
+
+    /// The job `cancel()` submits.
+    func processCancellation() {
+        let phase = machine.withLock { $0.phase }
+        switch phase {
+        case .running(hasEnded: false):
+            if isAsynchronous { cancelBaseOperation() }
+        case .waiting:
+            tearDownHelpers()
+            finish(.cancelled)
+        case .idle, .running(hasEnded: true), .finished:
+            // Not started: `start()` will see the cancel. Ending or finished: nothing to stop.
+            break
+        }
+    }
+
+    /// Moves to `finished` exactly once, announcing it with KVO. A job of `callouts`.
+    func finish(_ outcome: Outcome) {
+        let previous = machine.withLock { $0.phase }
+        guard !previous.isFinished else { return }
+        let wasExecuting = previous.isExecuting
+
+        if wasExecuting { willChangeValue(forKey: "isExecuting") }
+        willChangeValue(forKey: "isFinished")
+        let waiters = machine.withLock { state in
+            state.phase = .finished(outcome)
+            defer { state.outcomeWaiters = [] }
+            return state.outcomeWaiters
+        }
+        didChangeValue(forKey: "isFinished")
+        if wasExecuting { didChangeValue(forKey: "isExecuting") }
+
+        log(.debug, "finished: \(outcome)")
+        for waiter in waiters {
+            waiter.resume(returning: outcome)
+        }
+    }
+
+    // MARK: Logging
+
+    func log(_ level: RetryLogHandler.Level, _ text: @autoclosure () -> String) {
+        guard let handler = machine.withLock({ $0.logHandler }), level >= handler.minimumLevel else { return }
+        handler.handle(RetryLogHandler.Message(level: level, text: text(), operationDescription: logName))
+    }
+
+    private var logName: String {
+        name ?? "\(type(of: self)) \(ObjectIdentifier(self))"
+    }
+}
+
+extension MachineState.Phase {
+    var logDescription: String {
+        switch self {
+        case .idle: return "not started"
+        case .running: return "running an attempt"
+        case .waiting: return "waiting to retry"
+        case .finished(let outcome): return "finished, \(outcome)"
+        }
+    }
+}

@@ -1,0 +1,48 @@
+import Foundation
+
+/// An error the library reports in ``RetryingOperation/Outcome/failed(_:)`` when it is
+/// the library, not an attempt, that decided the operation fails.
+///
+/// ```swift
+/// if let error = operation.outcome?.error as? RetryingOperationError,
+///    error.code == .retryLimitReached {
+///     print("gave up after \(operation.numberOfAttempts) attempts")
+/// }
+/// ```
+public struct RetryingOperationError: Error, CustomStringConvertible, Sendable {
+    /// What went wrong. New codes may appear in minor releases: match the ones you handle
+    /// and keep a default case.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        /// A stable, human-readable name of the code.
+        public let rawValue: String
+
+        /// A counted retry was requested but the retry policy (or the wrapper's
+        /// `maximumNumberOfRetries`) allows no more.
+        public static let retryLimitReached = Code(rawValue: "retryLimitReached")
+        /// A synchronous operation's `startBaseOperation(isRetry:)` returned without
+        /// calling a `baseOperationEnded` method.
+        public static let synchronousAttemptDidNotEnd = Code(rawValue: "synchronousAttemptDidNotEnd")
+
+        public var description: String { rawValue }
+    }
+
+    /// What went wrong.
+    public let code: Code
+    /// A sentence for logs.
+    public let message: String
+    /// The error that caused this one, if any.
+    public let underlyingError: (any Error)?
+
+    /// Creates an error; the library creates them, tests may too.
+    public init(code: Code, message: String, underlyingError: (any Error)? = nil) {
+        self.code = code
+        self.message = message
+        self.underlyingError = underlyingError
+    }
+
+    public var description: String {
+        var text = "RetryingOperationError.\(code): \(message)"
+        if let underlyingError { text += " (underlying error: \(underlyingError))" }
+        return text
+    }
+}
