@@ -37,14 +37,28 @@ public final class ManualRetryScheduler: RetryScheduler, @unchecked Sendable {
         var entries: [Entry] = []
         var nextID: UInt64 = 0
         var totalScheduled = 0
-        var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        var waiters: [Waiter] = []
 
-        /// Removes and returns the waiters whose count of pending retries is reached.
+        /// Removes and returns the waiters whose condition now holds.
         mutating func takeSatisfiedWaiters() -> [CheckedContinuation<Void, Never>] {
-            let pending = entries.count
-            let satisfied = waiters.filter { $0.count <= pending }.map(\.continuation)
-            waiters.removeAll { $0.count <= pending }
-            return satisfied
+            let snapshot = self
+            let satisfied = waiters.filter { $0.isSatisfied(by: snapshot) }
+            waiters.removeAll { $0.isSatisfied(by: snapshot) }
+            return satisfied.map(\.continuation)
+        }
+    }
+
+    private struct Waiter: Sendable {
+        /// Pending retries to wait for, or `nil`.
+        let pending: Int?
+        /// Retries ever scheduled to wait for, or `nil`.
+        let total: Int?
+        let continuation: CheckedContinuation<Void, Never>
+
+        func isSatisfied(by state: State) -> Bool {
+            if let pending, state.entries.count < pending { return false }
+            if let total, state.totalScheduled < total { return false }
+            return true
         }
     }
 
@@ -130,10 +144,28 @@ public final class ManualRetryScheduler: RetryScheduler, @unchecked Sendable {
     /// clock.advance(by: 10)
     /// ```
     public func waitForScheduledRetries(count: Int) async {
+        await wait(pending: count, total: nil)
+    }
+
+    /// Suspends, without blocking a thread, until at least `count` retries have ever been
+    /// scheduled (cancelled ones included) — for waits that replace a pending retry, such
+    /// as ``RetryingOperation/retry(in:)``.
+    ///
+    /// ```swift
+    /// operation.retry(in: 5)                                   // replaces the 1-hour wait
+    /// await clock.waitForTotalScheduledRetries(count: 2)
+    /// #expect(clock.pendingDelays == [5])
+    /// ```
+    public func waitForTotalScheduledRetries(count: Int) async {
+        await wait(pending: nil, total: count)
+    }
+
+    private func wait(pending: Int?, total: Int?) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let waiter = Waiter(pending: pending, total: total, continuation: continuation)
             let isSatisfied = state.withLock { state -> Bool in
-                if state.entries.count >= count { return true }
-                state.waiters.append((count, continuation))
+                if waiter.isSatisfied(by: state) { return true }
+                state.waiters.append(waiter)
                 return false
             }
             if isSatisfied { continuation.resume() }

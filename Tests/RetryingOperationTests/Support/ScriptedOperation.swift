@@ -28,11 +28,19 @@ enum Step: Sendable {
 struct RecordingRetryHelper: RetryHelper {
     let log: EventLog
     let index: Int
+    let onSetup: @Sendable () -> Void
     private(set) var isSetUp = false
+
+    init(log: EventLog, index: Int, onSetup: @escaping @Sendable () -> Void = {}) {
+        self.log = log
+        self.index = index
+        self.onSetup = onSetup
+    }
 
     mutating func setup() {
         isSetUp = true
         log.append("setup\(index)")
+        onSetup()
     }
 
     mutating func teardown() {
@@ -70,6 +78,8 @@ final class ScriptedOperation: RetryingOperation, @unchecked Sendable {
     let events = EventLog()
     /// Signalled when an attempt has started (after its start is recorded).
     let attemptStarted = DispatchSemaphore(value: 0)
+    /// Signalled when the last helper of a `.waitForHelpers` step has been set up.
+    let helpersSetUp = DispatchSemaphore(value: 0)
     private let cancelSignal = DispatchSemaphore(value: 0)
     private let attemptIndex = LockedBox(0)
 
@@ -91,7 +101,10 @@ final class ScriptedOperation: RetryingOperation, @unchecked Sendable {
         }
         events.append("start(isRetry: \(isRetry), retries: \(numberOfRetries.map(String.init) ?? "nil"))")
         let step = steps[min(index, steps.count - 1)]
-        if asynchronous {
+        if asynchronous, case .runUntilCancelled = step {
+            // A blocking attempt gets a thread of its own: blocking pool threads starves them.
+            Thread.detachNewThread { self.perform(step) }
+        } else if asynchronous {
             DispatchQueue.global().async { self.perform(step) }
         } else {
             perform(step)
@@ -101,6 +114,12 @@ final class ScriptedOperation: RetryingOperation, @unchecked Sendable {
     override func cancelBaseOperation() {
         events.append("cancelBaseOperation")
         cancelSignal.signal()
+    }
+
+    private func makeHelper(_ helperIndex: Int, isLast: Bool) -> RecordingRetryHelper {
+        let signal = helpersSetUp
+        let onSetup: @Sendable () -> Void = { if isLast { signal.signal() } }
+        return RecordingRetryHelper(log: events, index: helperIndex, onSetup: onSetup)
     }
 
     private func perform(_ step: Step) {
@@ -125,7 +144,10 @@ final class ScriptedOperation: RetryingOperation, @unchecked Sendable {
             baseOperationEnded(retryHelpers: [])
         case .waitForHelpers(let count, let counted):
             attemptStarted.signal()
-            let helpers: [RetryHelper] = (0..<count).map { RecordingRetryHelper(log: events, index: $0) }
+            var helpers: [RetryHelper] = []
+            for helperIndex in 0..<count {
+                helpers.append(makeHelper(helperIndex, isLast: helperIndex == count - 1))
+            }
             baseOperationEnded(retryHelpers: helpers, countsTowardRetryLimit: counted)
         case .runUntilCancelled:
             attemptStarted.signal()
@@ -201,4 +223,10 @@ func makeQueue(maxConcurrent: Int = OperationQueue.defaultMaxConcurrentOperation
     let queue = OperationQueue()
     queue.maxConcurrentOperationCount = maxConcurrent
     return queue
+}
+
+/// Starts `operation` by hand on a new thread: a synchronous operation started by hand keeps
+/// its thread until it finishes, which must not be a thread the test needs.
+func startOnItsOwnThread(_ operation: Operation) {
+    Thread.detachNewThread { operation.start() }
 }
