@@ -139,6 +139,11 @@ public final class RetryableOperationWrapper<T: RetryableOperation>: RetryingOpe
     }
 
     private func baseOperationFinished(_ operation: T) {
+        if isCancelled {
+            // The cancel reached the base operation; whatever it says, the wrapper is cancelled.
+            baseOperationEnded(failingWith: CancellationError())
+            return
+        }
         guard let helpers = operation.retryHelpers(from: self) else {
             baseOperationEnded()
             return
