@@ -48,6 +48,7 @@ package enum BinaryPropertyListReader {
 
 /// The parsed, bounds-checked objects of one binary property list.
 private struct ObjectGraph {
+    /// One object: a finished scalar value, or a container's references to other objects.
     enum Object {
         case scalar(PropertyListValue)
         case array([Int])

@@ -254,11 +254,12 @@ package final class RecordStore: Sendable {
         try synchronize(area, changing: path)
     }
 
-    /// Renames an entry to another area (under `newName`, by default the same) and syncs both areas.
+    /// Renames a record file to another area, keeping its name, and syncs both areas.
     func move(_ id: String, from source: StoreLayout.Area, to destination: StoreLayout.Area) throws {
         try moveEntry(StoreLayout.fileName(ofRecord: id), from: source, to: destination, as: StoreLayout.fileName(ofRecord: id))
     }
 
+    /// Renames any entry to `newName` in another area and syncs both areas.
     func moveEntry(_ name: String, from source: StoreLayout.Area, to destination: StoreLayout.Area, as newName: String) throws {
         let sourcePath = layout.path(ofEntry: name, in: source)
         let destinationPath = layout.path(ofEntry: newName, in: destination)
