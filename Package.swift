@@ -12,7 +12,11 @@ let package = Package(
         .target(name: "RetryingOperation"),
         .target(name: "PersistentOperations", dependencies: ["RetryingOperation"]),
         .testTarget(name: "RetryingOperationTests", dependencies: ["RetryingOperation"]),
-        .testTarget(name: "PersistentOperationsTests", dependencies: ["PersistentOperations"]),
+        .testTarget(
+            name: "PersistentOperationsTests",
+            dependencies: ["PersistentOperations"],
+            resources: [.copy("Fixtures")]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

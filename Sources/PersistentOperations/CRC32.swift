@@ -1,0 +1,25 @@
+/// The CRC-32 checksum (IEEE 802.3, as in zlib and PNG) that guards every record body.
+///
+/// ```swift
+/// CRC32.checksum(of: Array("123456789".utf8)) // 0xCBF43926
+/// ```
+package enum CRC32 {
+    private static let table: [UInt32] = (0..<256).map { index in
+        var value = UInt32(index)
+        for _ in 0..<8 {
+            value = (value & 1) == 1 ? (value >> 1) ^ 0xEDB8_8320 : value >> 1
+        }
+        return value
+    }
+
+    /// The checksum of `bytes`.
+    package static func checksum<Bytes: Sequence>(of bytes: Bytes) -> UInt32 where Bytes.Element == UInt8 {
+        var crc: UInt32 = 0xFFFF_FFFF
+        table.withUnsafeBufferPointer { table in
+            for byte in bytes {
+                crc = table[Int((crc ^ UInt32(byte)) & 0xFF)] ^ (crc >> 8)
+            }
+        }
+        return crc ^ 0xFFFF_FFFF
+    }
+}

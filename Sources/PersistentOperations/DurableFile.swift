@@ -1,0 +1,110 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Whole-file writes that survive a crash or power loss, and size-capped reads that never
+/// follow symbolic links or block on special files.
+///
+/// A write goes to a temporary file in the destination directory, is synced, and is renamed
+/// over the destination, so a reader sees the old file or the new one, never a mix. Syncing the
+/// directory afterwards, which makes the rename itself durable, is left to the caller so that
+/// concurrent writers can share it (see ``DirectorySynchronizer``).
+package struct DurableFile: Sendable {
+    /// The permissions of every file the store creates.
+    package static let filePermissions: mode_t = 0o600
+    /// The suffix of temporary files; they start with a dot so listings can skip them.
+    package static let temporaryFileSuffix = ".tmp"
+
+    /// The file system the calls go through.
+    package let fileSystem: FileSystem
+
+    /// Writes `bytes` to a temporary file next to `path`, syncs it and renames it to `path`.
+    ///
+    /// On failure no temporary or partial file is left behind and an existing file at `path`
+    /// is unchanged.
+    ///
+    /// - Throws: ``SystemCallError`` naming the call that failed.
+    package func replaceContents(of path: String, with bytes: Data) throws {
+        let directory = (path as NSString).deletingLastPathComponent
+        let name = (path as NSString).lastPathComponent
+        let temporaryPath = directory + "/." + name + "." + UUID().uuidString.prefix(8) + Self.temporaryFileSuffix
+        let descriptor = try fileSystem.open(
+            temporaryPath, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, Self.filePermissions
+        )
+        var isOpen = true
+        do {
+            try fileSystem.setPermissions(descriptor, Self.filePermissions)
+            try writeAll(bytes, to: descriptor)
+            try fileSystem.synchronize(descriptor)
+            isOpen = false
+            try fileSystem.close(descriptor)
+            try fileSystem.rename(temporaryPath, path)
+        } catch {
+            if isOpen { try? fileSystem.close(descriptor) }
+            // Best effort: the temporary file may not exist, and load removes stale ones anyway.
+            try? fileSystem.unlink(temporaryPath)
+            throw error
+        }
+    }
+
+    /// The outcome of ``read(_:maximumSize:)``.
+    package enum ReadResult: Sendable, Equatable {
+        /// The whole file.
+        case contents(Data)
+        /// The entry is not a regular file (a directory, symbolic link, FIFO, device or socket).
+        case notRegularFile(FileStatus.Kind)
+        /// The file is bigger than the cap; it was not read.
+        case tooLarge(size: Int64)
+    }
+
+    /// Reads a regular file of at most `maximumSize` bytes without following a symbolic link.
+    ///
+    /// - Throws: ``SystemCallError`` when the file cannot be opened or read.
+    package func read(_ path: String, maximumSize: Int) throws -> ReadResult {
+        let descriptor: Int32
+        do {
+            // O_NONBLOCK: opening a FIFO must not wait for a writer.
+            descriptor = try fileSystem.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0)
+        } catch let error as SystemCallError where error.code == ELOOP {
+            return .notRegularFile(.symbolicLink)
+        }
+        defer { try? fileSystem.close(descriptor) }
+        let status = try fileSystem.status(descriptor)
+        guard status.kind == .regular else { return .notRegularFile(status.kind) }
+        guard status.size <= Int64(maximumSize) else { return .tooLarge(size: status.size) }
+        var bytes = Data(count: Int(status.size))
+        var filled = 0
+        try bytes.withUnsafeMutableBytes { buffer in
+            while filled < buffer.count {
+                let count = try fileSystem.read(descriptor, UnsafeMutableRawBufferPointer(rebasing: buffer[filled...]))
+                if count == 0 { break }
+                filled += count
+            }
+        }
+        if filled < bytes.count {
+            // The file shrank while being read; return what is there, verification rejects it.
+            bytes.removeSubrange(filled...)
+        } else {
+            // The file may have grown: one more byte past the size means it is too large or changing.
+            var extra: UInt8 = 0
+            let more = try withUnsafeMutableBytes(of: &extra) { try fileSystem.read(descriptor, $0) }
+            if more > 0 { return .tooLarge(size: status.size + Int64(more)) }
+        }
+        return .contents(bytes)
+    }
+
+    private func writeAll(_ bytes: Data, to descriptor: Int32) throws {
+        try bytes.withUnsafeBytes { buffer in
+            var written = 0
+            while written < buffer.count {
+                let count = try fileSystem.write(descriptor, UnsafeRawBufferPointer(rebasing: buffer[written...]))
+                guard count > 0 else { throw SystemCallError("write", code: EIO) }
+                written += count
+            }
+        }
+    }
+}

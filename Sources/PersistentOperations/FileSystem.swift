@@ -1,0 +1,198 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The file-system calls the store makes, as replaceable closures.
+///
+/// ``system`` calls the operating system. Tests start from it and replace single calls to
+/// inject faults (`ENOSPC` on write, `EIO` on fsync, a read-only file system) or to count
+/// directory syncs. Every closure throws ``SystemCallError`` on failure and retries `EINTR`
+/// itself.
+package struct FileSystem: Sendable {
+    /// `open(2)`; returns the descriptor.
+    package var open: @Sendable (_ path: String, _ flags: Int32, _ mode: mode_t) throws -> Int32
+    /// `close(2)`.
+    package var close: @Sendable (_ descriptor: Int32) throws -> Void
+    /// `read(2)`; returns the number of bytes read, 0 at the end of the file.
+    package var read: @Sendable (_ descriptor: Int32, _ buffer: UnsafeMutableRawBufferPointer) throws -> Int
+    /// `write(2)`; returns the number of bytes written, which may be fewer than asked.
+    package var write: @Sendable (_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer) throws -> Int
+    /// Flushes a file's contents to stable storage (`fsync(2)`; `F_FULLFSYNC` on Apple platforms).
+    package var synchronize: @Sendable (_ descriptor: Int32) throws -> Void
+    /// Flushes a directory's entries (renames, creations, removals) to stable storage.
+    package var synchronizeDirectory: @Sendable (_ path: String) throws -> Void
+    /// `fchmod(2)`.
+    package var setPermissions: @Sendable (_ descriptor: Int32, _ mode: mode_t) throws -> Void
+    /// `chmod(2)`, used for directories.
+    package var setPathPermissions: @Sendable (_ path: String, _ mode: mode_t) throws -> Void
+    /// `fstat(2)`.
+    package var status: @Sendable (_ descriptor: Int32) throws -> FileStatus
+    /// `lstat(2)`: describes a symbolic link itself rather than its target.
+    package var linkStatus: @Sendable (_ path: String) throws -> FileStatus
+    /// `rename(2)`.
+    package var rename: @Sendable (_ source: String, _ destination: String) throws -> Void
+    /// `unlink(2)`.
+    package var unlink: @Sendable (_ path: String) throws -> Void
+    /// `mkdir(2)`.
+    package var makeDirectory: @Sendable (_ path: String, _ mode: mode_t) throws -> Void
+    /// The names in a directory, without `.` and `..`.
+    package var contentsOfDirectory: @Sendable (_ path: String) throws -> [String]
+    /// `flock(2)`.
+    package var lock: @Sendable (_ descriptor: Int32, _ operation: Int32) throws -> Void
+}
+
+/// What ``FileSystem/status`` and ``FileSystem/linkStatus`` report about a file.
+package struct FileStatus: Sendable, Equatable {
+    /// The kind of a directory entry.
+    package enum Kind: Sendable, Equatable {
+        case regular, directory, symbolicLink, other
+    }
+
+    /// The kind of entry.
+    package var kind: Kind
+    /// The size in bytes.
+    package var size: Int64
+    /// The permission bits (`0o777` mask).
+    package var permissions: mode_t
+}
+
+/// A failed system call: which call, on which path, and the `errno` it set.
+package struct SystemCallError: Error, CustomStringConvertible, Sendable {
+    /// The name of the call, such as `"fsync"`.
+    package var call: String
+    /// The path involved, when there is one.
+    package var path: String?
+    /// The `errno` value.
+    package var code: Int32
+
+    package init(_ call: String, path: String? = nil, code: Int32) {
+        self.call = call
+        self.path = path
+        self.code = code
+    }
+
+    package var description: String {
+        let reason = String(cString: strerror(code))
+        return "\(call)\(path.map { " \($0)" } ?? "") failed: \(reason) (errno \(code))"
+    }
+}
+
+extension FileSystem {
+    /// The operating system's file system.
+    package static let system = FileSystem(
+        open: { path, flags, mode in
+            try retryingInterrupts("open", path: path) { Foundation.open(path, flags, mode) }
+        },
+        close: { descriptor in
+            // Never retry close: the descriptor is released even when it reports EINTR.
+            if Foundation.close(descriptor) != 0, errno != EINTR {
+                throw SystemCallError("close", code: errno)
+            }
+        },
+        read: { descriptor, buffer in
+            try retryingInterrupts("read") { Foundation.read(descriptor, buffer.baseAddress, buffer.count) }
+        },
+        write: { descriptor, bytes in
+            try retryingInterrupts("write") { Foundation.write(descriptor, bytes.baseAddress, bytes.count) }
+        },
+        synchronize: { descriptor in
+            try fullSynchronize(descriptor)
+        },
+        synchronizeDirectory: { path in
+            let descriptor = try retryingInterrupts("open", path: path) {
+                Foundation.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            }
+            defer { _ = Foundation.close(descriptor) }
+            try retryingInterrupts("fsync", path: path) { Foundation.fsync(descriptor) }
+        },
+        setPermissions: { descriptor, mode in
+            try retryingInterrupts("fchmod") { Foundation.fchmod(descriptor, mode) }
+        },
+        setPathPermissions: { path, mode in
+            try retryingInterrupts("chmod", path: path) { Foundation.chmod(path, mode) }
+        },
+        status: { descriptor in
+            var info = stat()
+            try retryingInterrupts("fstat") { Foundation.fstat(descriptor, &info) }
+            return FileStatus(info)
+        },
+        linkStatus: { path in
+            var info = stat()
+            try retryingInterrupts("lstat", path: path) { Foundation.lstat(path, &info) }
+            return FileStatus(info)
+        },
+        rename: { source, destination in
+            try retryingInterrupts("rename", path: source) { Foundation.rename(source, destination) }
+        },
+        unlink: { path in
+            try retryingInterrupts("unlink", path: path) { Foundation.unlink(path) }
+        },
+        makeDirectory: { path, mode in
+            try retryingInterrupts("mkdir", path: path) { Foundation.mkdir(path, mode) }
+        },
+        contentsOfDirectory: { path in
+            guard let directory = opendir(path) else { throw SystemCallError("opendir", path: path, code: errno) }
+            defer { closedir(directory) }
+            var names: [String] = []
+            while true {
+                errno = 0
+                guard let entry = readdir(directory) else {
+                    if errno != 0 { throw SystemCallError("readdir", path: path, code: errno) }
+                    return names
+                }
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                    String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+                }
+                if name != ".", name != ".." { names.append(name) }
+            }
+        },
+        lock: { descriptor, operation in
+            try retryingInterrupts("flock") { systemFlock(descriptor, operation) }
+        }
+    )
+}
+
+extension FileStatus {
+    init(_ info: stat) {
+        let type = info.st_mode & S_IFMT
+        switch type {
+        case S_IFREG: kind = .regular
+        case S_IFDIR: kind = .directory
+        case S_IFLNK: kind = .symbolicLink
+        default: kind = .other
+        }
+        size = Int64(info.st_size)
+        permissions = info.st_mode & 0o777
+    }
+}
+
+/// Runs a call that returns -1 and sets `errno` on failure, retrying `EINTR`.
+@discardableResult
+private func retryingInterrupts<Result: BinaryInteger>(
+    _ call: String, path: String? = nil, _ body: () -> Result
+) throws -> Result {
+    while true {
+        let result = body()
+        if result != -1 { return result }
+        if errno != EINTR { throw SystemCallError(call, path: path, code: errno) }
+    }
+}
+
+private func systemFlock(_ descriptor: Int32, _ operation: Int32) -> Int32 {
+    // Unqualified: the module-qualified name resolves to the `struct flock` type.
+    let function: @convention(c) (Int32, Int32) -> Int32 = flock
+    return function(descriptor, operation)
+}
+
+private func fullSynchronize(_ descriptor: Int32) throws {
+    #if canImport(Darwin)
+    // On Apple platforms fsync does not flush the drive's cache; F_FULLFSYNC does. Some file
+    // systems do not support it, and fsync is the best they offer.
+    if fcntl(descriptor, F_FULLFSYNC) != -1 { return }
+    #endif
+    try retryingInterrupts("fsync") { Foundation.fsync(descriptor) }
+}

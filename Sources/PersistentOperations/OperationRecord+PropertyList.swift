@@ -1,0 +1,77 @@
+import Foundation
+
+extension OperationRecord {
+    /// The record as the property-list dictionary stored in a record file body.
+    var propertyListValue: PropertyListValue {
+        var entries: [String: PropertyListValue] = [
+            "formatVersion": .integer(Int64(formatVersion)),
+            "id": .string(id),
+            "typeIdentifier": .string(typeIdentifier),
+            "payload": .data(payload),
+            "priority": .integer(Int64(priority)),
+            "enqueueSequence": .unsigned(enqueueSequence),
+            "enqueuedAt": .date(enqueuedAt),
+            "tags": .array(tags.map { .string($0) }),
+            "numberOfRetries": .integer(Int64(numberOfRetries)),
+            "numberOfAttempts": .integer(Int64(numberOfAttempts)),
+            "attemptsInFlight": .integer(Int64(attemptsInFlight)),
+        ]
+        entries["notBefore"] = notBefore.map { .date($0) }
+        entries["uniqueKey"] = uniqueKey.map { .string($0) }
+        entries["nextAttemptAt"] = nextAttemptAt.map { .date($0) }
+        entries["lastErrorDescription"] = lastErrorDescription.map { .string($0) }
+        entries["failureReason"] = failureReason.map { .string($0) }
+        return .dictionary(entries)
+    }
+
+    /// Reads a record from a verified property-list body; unknown keys are ignored.
+    ///
+    /// - Throws: ``PersistenceError/Code/corruptRecord`` naming the first missing or
+    ///   mistyped field.
+    init(propertyListValue value: PropertyListValue) throws {
+        guard case .dictionary(let entries) = value else {
+            throw Self.invalid("the body is not a dictionary")
+        }
+        func required<T>(_ key: String, _ convert: (PropertyListValue) -> T?) throws -> T {
+            guard let entry = entries[key] else { throw Self.invalid("field \"\(key)\" is missing") }
+            guard let converted = convert(entry) else { throw Self.invalid("field \"\(key)\" has the wrong type") }
+            return converted
+        }
+        func optional<T>(_ key: String, _ convert: (PropertyListValue) -> T?) throws -> T? {
+            guard entries[key] != nil else { return nil }
+            return try required(key, convert)
+        }
+        let formatVersion = try required("formatVersion", \.intValue)
+        guard formatVersion == Self.currentFormatVersion else {
+            throw Self.invalid("body format version \(formatVersion) does not match the header")
+        }
+        let id = try required("id", \.stringValue)
+        guard Self.isValidIdentifier(id) else { throw Self.invalid("field \"id\" is not a library-generated UUID") }
+        let tags = try required("tags") { value -> [String]? in
+            guard case .array(let elements) = value else { return nil }
+            let strings = elements.compactMap(\.stringValue)
+            return strings.count == elements.count ? strings : nil
+        }
+        self.init(
+            id: id,
+            typeIdentifier: try required("typeIdentifier", \.stringValue),
+            payload: try required("payload", \.dataValue),
+            priority: try required("priority", \.intValue),
+            enqueueSequence: try required("enqueueSequence", \.unsignedValue),
+            enqueuedAt: try required("enqueuedAt", \.dateValue),
+            notBefore: try optional("notBefore", \.dateValue),
+            tags: tags,
+            uniqueKey: try optional("uniqueKey", \.stringValue),
+            numberOfRetries: try required("numberOfRetries", \.intValue),
+            numberOfAttempts: try required("numberOfAttempts", \.intValue),
+            nextAttemptAt: try optional("nextAttemptAt", \.dateValue),
+            attemptsInFlight: try required("attemptsInFlight", \.intValue),
+            lastErrorDescription: try optional("lastErrorDescription", \.stringValue),
+            failureReason: try optional("failureReason", \.stringValue)
+        )
+    }
+
+    private static func invalid(_ reason: String) -> PersistenceError {
+        PersistenceError(.corruptRecord, "The record file is corrupt (\(reason)); it cannot be read.")
+    }
+}

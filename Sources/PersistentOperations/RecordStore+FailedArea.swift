@@ -1,0 +1,64 @@
+import Foundation
+
+extension RecordStore {
+    /// Moves a failed record back to the pending area with a fresh retry budget, and returns it
+    /// as stored there.
+    ///
+    /// The record keeps its identifier, payload, priority, enqueue sequence, tags and attempt
+    /// count; its failure reason, retry count, next-attempt date and in-flight count are reset.
+    /// It is rewritten in the failed area first and then renamed, so a crash in between leaves
+    /// a failed record without a reason, which the next ``loadFailed()`` moves on.
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound`` and the errors of ``add(_:)``.
+    package func requeueFailed(id: String) throws -> OperationRecord {
+        try checkWritable()
+        let path = try existingRecordPath(id, in: .failed)
+        guard case .record(var record) = inspectEntry(StoreLayout.fileName(ofRecord: id), in: .failed) else {
+            throw PersistenceError(
+                .corruptRecord, "The failed record cannot be read; list the failed area to quarantine it.",
+                fileURL: url(path)
+            )
+        }
+        record.failureReason = nil
+        record.numberOfRetries = 0
+        record.nextAttemptAt = nil
+        record.attemptsInFlight = 0
+        let bytes = try RecordFormat.encode(record, maximumSize: configuration.maximumRecordSize)
+        try writeDurably(bytes, to: path, area: .failed)
+        try move(id, from: .failed, to: .pending)
+        return record
+    }
+
+    /// Re-queues every readable failed record (see ``requeueFailed(id:)``) and returns them in
+    /// run order. Unreadable entries are quarantined.
+    package func requeueAllFailed() throws -> [OperationRecord] {
+        try checkWritable()
+        let report = try loadFailed()
+        var requeued = report.completedMoves
+        for record in report.records {
+            requeued.append(try requeueFailed(id: record.id))
+        }
+        return requeued.sorted(by: OperationRecord.runsBefore)
+    }
+
+    /// Deletes a failed record for good.
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound``, ``PersistenceError/Code/writeFailed``.
+    package func purgeFailed(id: String) throws {
+        try checkWritable()
+        try remove(id, from: .failed)
+    }
+
+    /// Deletes every record file of the failed area and returns how many were deleted.
+    ///
+    /// Entries that are not record files are quarantined rather than deleted.
+    @discardableResult
+    package func purgeAllFailed() throws -> Int {
+        try checkWritable()
+        let report = try loadFailed()
+        for record in report.records {
+            try purgeFailed(id: record.id)
+        }
+        return report.records.count
+    }
+}

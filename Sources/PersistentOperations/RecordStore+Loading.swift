@@ -1,0 +1,166 @@
+import Foundation
+
+extension RecordStore {
+    /// What one directory entry turned out to be.
+    enum EntryOutcome {
+        case record(OperationRecord)
+        /// Not usable; quarantined by a read-write store.
+        case bad(reason: String, code: PersistenceError.Code)
+        /// Written by a newer format version; left in place.
+        case newerVersion(reason: String)
+    }
+
+    /// Reads every pending record, quarantining every entry that cannot be used.
+    ///
+    /// Each entry is opened without following symbolic links; directories, links and other
+    /// special files, files over the size cap, and files that fail verification are moved to
+    /// the quarantine area (a read-only store reports them in ``LoadReport/skipped`` instead).
+    /// Records of a newer format version stay where they are. A record whose move to the
+    /// failed area a crash interrupted is moved on.
+    ///
+    /// - Throws: ``PersistenceError/Code/readFailed`` or
+    ///   ``PersistenceError/Code/directoryUnavailable`` when the directory cannot be listed, and
+    ///   ``PersistenceError/Code/writeFailed`` when quarantining fails.
+    package func loadPending() throws -> LoadReport {
+        var report = try loadArea(.pending)
+        if access == .readWrite {
+            var stillPending: [OperationRecord] = []
+            for record in report.records {
+                if record.failureReason != nil {
+                    try move(record.id, from: .pending, to: .failed)
+                    report.completedMoves.append(record)
+                } else {
+                    stillPending.append(record)
+                }
+            }
+            report.records = stillPending
+        }
+        return report
+    }
+
+    /// Reads every record of the failed area, quarantining every entry that cannot be used.
+    ///
+    /// A record whose re-queueing a crash interrupted (no failure reason left) is moved on to
+    /// the pending area.
+    package func loadFailed() throws -> LoadReport {
+        var report = try loadArea(.failed)
+        if access == .readWrite {
+            var stillFailed: [OperationRecord] = []
+            for record in report.records {
+                if record.failureReason == nil {
+                    try move(record.id, from: .failed, to: .pending)
+                    report.completedMoves.append(record)
+                } else {
+                    stillFailed.append(record)
+                }
+            }
+            report.records = stillFailed
+        }
+        return report
+    }
+
+    /// The names of the entries in the quarantine area, sorted.
+    package func quarantinedEntryNames() throws -> [String] {
+        try listArea(.quarantine).sorted()
+    }
+
+    // MARK: Machinery
+
+    private func loadArea(_ area: StoreLayout.Area) throws -> LoadReport {
+        var report = LoadReport()
+        for name in try listArea(area).sorted() where !StoreLayout.isTemporaryFileName(name) {
+            switch inspectEntry(name, in: area) {
+            case .record(let record):
+                report.records.append(record)
+            case .newerVersion(let reason):
+                report.skipped.append(LoadReport.Entry(name: name, reason: reason, code: .unsupportedFormatVersion))
+            case .bad(let reason, let code):
+                var entry = LoadReport.Entry(name: name, reason: reason, code: code)
+                if access == .readWrite {
+                    try checkWritable()
+                    entry.quarantineName = try quarantine(name, from: area)
+                    report.quarantined.append(entry)
+                } else {
+                    report.skipped.append(entry)
+                }
+            }
+        }
+        if let largest = report.records.map(\.enqueueSequence).max() {
+            noteEnqueueSequence(largest)
+        }
+        report.sortRecords()
+        return report
+    }
+
+    func listArea(_ area: StoreLayout.Area) throws -> [String] {
+        do {
+            return try configuration.fileSystem.contentsOfDirectory(layout.path(of: area))
+        } catch {
+            try checkAreaExists(area)
+            throw PersistenceError(
+                .readFailed, "Could not list the \(area.rawValue) directory: \(error).",
+                fileURL: url(layout.path(of: area)), underlyingError: error
+            )
+        }
+    }
+
+    /// Reads and verifies one entry; never changes anything.
+    func inspectEntry(_ name: String, in area: StoreLayout.Area) -> EntryOutcome {
+        guard let id = StoreLayout.recordIdentifier(fromFileName: name) else {
+            return .bad(reason: "unexpected entry name; records are named <UUID>.record", code: .corruptRecord)
+        }
+        let contents: Data
+        do {
+            switch try file.read(layout.path(ofEntry: name, in: area), maximumSize: configuration.maximumRecordSize) {
+            case .contents(let data):
+                contents = data
+            case .notRegularFile(let kind):
+                return .bad(reason: "not a regular file (\(kind))", code: .corruptRecord)
+            case .tooLarge(let size):
+                return .bad(
+                    reason: "file is \(size) bytes, more than the maximum record size of \(configuration.maximumRecordSize) bytes",
+                    code: .corruptRecord
+                )
+            }
+        } catch {
+            return .bad(reason: "cannot be read: \(error)", code: .readFailed)
+        }
+        do {
+            let record = try RecordFormat.decode(contents, maximumSize: configuration.maximumRecordSize)
+            guard record.id == id else {
+                return .bad(reason: "the record's identifier \(record.id) does not match its file name", code: .corruptRecord)
+            }
+            return .record(record)
+        } catch let error as PersistenceError where error.code == .unsupportedFormatVersion {
+            return .newerVersion(reason: error.message)
+        } catch let error as PersistenceError {
+            return .bad(reason: error.message, code: error.code)
+        } catch {
+            return .bad(reason: "\(error)", code: .corruptRecord)
+        }
+    }
+
+    /// Moves an entry, as it is, into the quarantine area under a name not yet taken there.
+    private func quarantine(_ name: String, from area: StoreLayout.Area) throws -> String {
+        var quarantineName = name
+        while (try? configuration.fileSystem.linkStatus(layout.path(ofEntry: quarantineName, in: .quarantine))) != nil {
+            quarantineName = name + "." + UUID().uuidString.prefix(8)
+        }
+        try moveEntry(name, from: area, to: .quarantine, as: quarantineName)
+        return quarantineName
+    }
+
+    /// The largest enqueue sequence among the readable pending and failed records.
+    func largestStoredEnqueueSequence() -> UInt64 {
+        var largest: UInt64 = 0
+        for area in [StoreLayout.Area.pending, .failed] {
+            let names = (try? configuration.fileSystem.contentsOfDirectory(layout.path(of: area))) ?? []
+            for name in names where !StoreLayout.isTemporaryFileName(name) {
+                if case .record(let record) = inspectEntry(name, in: area) {
+                    largest = max(largest, record.enqueueSequence)
+                }
+            }
+        }
+        return largest
+    }
+}

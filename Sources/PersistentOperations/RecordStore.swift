@@ -1,0 +1,303 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The crash-safe store of operation records in one directory.
+///
+/// Every change is durable when the call returns: the record file is written to a temporary
+/// file, synced, renamed into place, and the directory is synced (shared among concurrent
+/// callers). A read-write store holds an exclusive lock on the directory, so a second
+/// read-write open, in this process or another, throws ``PersistenceError/Code/locked``; a
+/// read-only store takes no lock and never writes.
+///
+/// ```swift
+/// let store = try RecordStore(directory: directory)
+/// let report = try store.loadPending()
+/// var record = OperationRecord(typeIdentifier: "upload", payload: payload,
+///                              enqueueSequence: try store.nextEnqueueSequence())
+/// try store.add(record)
+/// record.numberOfRetries += 1
+/// try store.update(record)
+/// try store.removePending(id: record.id)
+/// ```
+///
+/// Thread safety: every method may be called from any thread. Changes to different records
+/// run concurrently; the caller serialises changes to one record (the queue runs one
+/// operation per record).
+package final class RecordStore: Sendable {
+    /// Whether a store may change its directory.
+    package enum Access: Sendable {
+        /// Takes the directory's lock; adds, updates, removes and quarantines.
+        case readWrite
+        /// Takes no lock and never writes, for inspecting a store another process may hold.
+        case readOnly
+    }
+
+    /// Settings of a store.
+    package struct Configuration: Sendable {
+        /// The largest record file written or read, in bytes. Default: 1 MiB
+        /// (``RecordFormat/defaultMaximumRecordSize``).
+        package var maximumRecordSize: Int
+        /// The file system calls go through. Default: ``FileSystem/system``.
+        package var fileSystem: FileSystem
+
+        /// Creates settings.
+        package init(maximumRecordSize: Int = RecordFormat.defaultMaximumRecordSize, fileSystem: FileSystem = .system) {
+            precondition(maximumRecordSize > RecordFormat.headerSize, "maximumRecordSize must exceed the record header size")
+            self.maximumRecordSize = maximumRecordSize
+            self.fileSystem = fileSystem
+        }
+    }
+
+    /// The mutable state of a store.
+    struct State: Sendable {
+        var isClosed = false
+        /// The last enqueue sequence handed out or seen on disk.
+        var lastEnqueueSequence: UInt64 = 0
+        /// Whether `lastEnqueueSequence` accounts for every record on disk.
+        var hasScannedEnqueueSequences = false
+    }
+
+    /// The store directory.
+    package let directory: URL
+    /// Whether this store may write.
+    package let access: Access
+    let configuration: Configuration
+    let layout: StoreLayout
+    let file: DurableFile
+    let state = Locked(State())
+    private let lock: StoreLock?
+    private let synchronizers: [StoreLayout.Area: DirectorySynchronizer]
+
+    /// Opens the store at `directory`, creating it (mode 0700) for a read-write store.
+    ///
+    /// A read-write open also removes temporary files that interrupted writes left behind.
+    ///
+    /// - Throws: ``PersistenceError/Code/locked`` when another read-write store holds the
+    ///   directory; ``PersistenceError/Code/directoryUnavailable`` when it cannot be created
+    ///   or, for a read-only store, does not exist.
+    package init(directory: URL, access: Access = .readWrite, configuration: Configuration = Configuration()) throws {
+        self.directory = directory
+        self.access = access
+        self.configuration = configuration
+        self.layout = StoreLayout(directory: directory)
+        self.file = DurableFile(fileSystem: configuration.fileSystem)
+        let fileSystem = configuration.fileSystem
+        var synchronizers: [StoreLayout.Area: DirectorySynchronizer] = [:]
+        for area in StoreLayout.Area.allCases {
+            synchronizers[area] = DirectorySynchronizer(path: layout.path(of: area), fileSystem: fileSystem)
+        }
+        self.synchronizers = synchronizers
+        switch access {
+        case .readWrite:
+            try layout.createDirectories(fileSystem: fileSystem)
+            lock = try StoreLock(path: layout.lockPath, fileSystem: fileSystem)
+            removeTemporaryFiles()
+        case .readOnly:
+            guard (try? fileSystem.linkStatus(layout.root))?.kind == .directory else {
+                throw PersistenceError(.directoryUnavailable, "There is no store directory here.", fileURL: directory)
+            }
+            lock = nil
+        }
+    }
+
+    deinit {
+        lock?.release()
+    }
+
+    /// Releases the directory lock; later changes throw ``PersistenceError/Code/storeNotWritable``.
+    package func close() {
+        state.withLock { $0.isClosed = true }
+        lock?.release()
+    }
+
+    /// A new enqueue sequence number, greater than every one handed out or stored before.
+    ///
+    /// The first call before any load reads the records on disk to find the largest.
+    package func nextEnqueueSequence() -> UInt64 {
+        state.withLock { state in
+            if !state.hasScannedEnqueueSequences {
+                state.lastEnqueueSequence = max(state.lastEnqueueSequence, largestStoredEnqueueSequence())
+                state.hasScannedEnqueueSequences = true
+            }
+            state.lastEnqueueSequence += 1
+            return state.lastEnqueueSequence
+        }
+    }
+
+    /// Stores a new pending record durably.
+    ///
+    /// - Throws: ``PersistenceError`` with ``PersistenceError/Code/recordTooLarge`` or
+    ///   ``PersistenceError/Code/payloadDoesNotRoundTrip`` when the record cannot be encoded,
+    ///   ``PersistenceError/Code/writeFailed`` or ``PersistenceError/Code/directoryUnavailable``
+    ///   when the file system fails. After a failure nothing is stored.
+    package func add(_ record: OperationRecord) throws {
+        try checkWritable()
+        let bytes = try RecordFormat.encode(record, maximumSize: configuration.maximumRecordSize)
+        let path = layout.path(ofRecord: record.id, in: .pending)
+        if (try? configuration.fileSystem.linkStatus(path)) != nil {
+            throw PersistenceError(.writeFailed, "A pending record with this identifier already exists.", fileURL: url(path))
+        }
+        try writeDurably(bytes, to: path, area: .pending)
+        noteEnqueueSequence(record.enqueueSequence)
+        do {
+            try synchronize(.pending, changing: path)
+        } catch {
+            // Not durable: take the record back so a failed add never runs after a crash.
+            try? configuration.fileSystem.unlink(path)
+            throw error
+        }
+    }
+
+    /// Replaces a pending record durably, such as after a retry.
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound`` when no pending record has this
+    ///   identifier, and the errors of ``add(_:)``. When writing fails the previous version
+    ///   stays in place; only when the final directory sync fails may the new version remain.
+    package func update(_ record: OperationRecord) throws {
+        try checkWritable()
+        let bytes = try RecordFormat.encode(record, maximumSize: configuration.maximumRecordSize)
+        let path = try existingRecordPath(record.id, in: .pending)
+        try writeDurably(bytes, to: path, area: .pending)
+        try synchronize(.pending, changing: path)
+    }
+
+    /// Removes a pending record durably, after its operation succeeded or was cancelled.
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound``, ``PersistenceError/Code/writeFailed``.
+    package func removePending(id: String) throws {
+        try checkWritable()
+        try remove(id, from: .pending)
+    }
+
+    /// Moves a pending record to the failed area with `reason`, and returns it as stored there.
+    ///
+    /// The record is first rewritten in place with its ``OperationRecord/failureReason`` and
+    /// then renamed, so a crash in between leaves a pending record that the next
+    /// ``loadPending()`` moves on.
+    package func moveToFailed(_ record: OperationRecord, reason: String) throws -> OperationRecord {
+        try checkWritable()
+        var failed = record
+        failed.failureReason = reason
+        failed.nextAttemptAt = nil
+        let bytes = try RecordFormat.encode(failed, maximumSize: configuration.maximumRecordSize)
+        let path = try existingRecordPath(record.id, in: .pending)
+        try writeDurably(bytes, to: path, area: .pending)
+        try move(record.id, from: .pending, to: .failed)
+        return failed
+    }
+
+    // MARK: Shared machinery
+
+    func checkWritable() throws {
+        guard access == .readWrite else {
+            throw PersistenceError(.storeNotWritable, "The store was opened read-only.", fileURL: directory)
+        }
+        guard !state.withLock({ $0.isClosed }) else {
+            throw PersistenceError(.storeNotWritable, "The store has been closed.", fileURL: directory)
+        }
+    }
+
+    func url(_ path: String) -> URL {
+        URL(fileURLWithPath: path)
+    }
+
+    func existingRecordPath(_ id: String, in area: StoreLayout.Area) throws -> String {
+        guard OperationRecord.isValidIdentifier(id) else {
+            throw PersistenceError(.recordNotFound, "\"\(id)\" is not a record identifier.")
+        }
+        let path = layout.path(ofRecord: id, in: area)
+        guard (try? configuration.fileSystem.linkStatus(path))?.kind == .regular else {
+            try checkAreaExists(area)
+            throw PersistenceError(.recordNotFound, "There is no \(area.rawValue) record with identifier \(id).", fileURL: url(path))
+        }
+        return path
+    }
+
+    func noteEnqueueSequence(_ sequence: UInt64) {
+        state.withLock { $0.lastEnqueueSequence = max($0.lastEnqueueSequence, sequence) }
+    }
+
+    /// Writes a file durably (except for the directory sync), mapping failures to ``PersistenceError``.
+    func writeDurably(_ bytes: Data, to path: String, area: StoreLayout.Area) throws {
+        do {
+            try file.replaceContents(of: path, with: bytes)
+        } catch {
+            try checkAreaExists(area)
+            throw writeFailed("Could not write the record file; the previous contents, if any, are unchanged.", path: path, error: error)
+        }
+    }
+
+    /// Syncs an area directory after a change to `path`, sharing the sync with concurrent callers.
+    func synchronize(_ area: StoreLayout.Area, changing path: String) throws {
+        do {
+            try synchronizers[area]!.synchronize()
+        } catch {
+            try checkAreaExists(area)
+            throw writeFailed("Could not make the change to the \(area.rawValue) directory durable.", path: path, error: error)
+        }
+    }
+
+    /// Unlinks a record and syncs its area.
+    func remove(_ id: String, from area: StoreLayout.Area) throws {
+        let path = try existingRecordPath(id, in: area)
+        do {
+            try configuration.fileSystem.unlink(path)
+        } catch {
+            try checkAreaExists(area)
+            throw writeFailed("Could not remove the record file.", path: path, error: error)
+        }
+        try synchronize(area, changing: path)
+    }
+
+    /// Renames a record file to another area, keeping its name, and syncs both areas.
+    func move(_ id: String, from source: StoreLayout.Area, to destination: StoreLayout.Area) throws {
+        try moveEntry(StoreLayout.fileName(ofRecord: id), from: source, to: destination, as: StoreLayout.fileName(ofRecord: id))
+    }
+
+    /// Renames any entry to `newName` in another area and syncs both areas.
+    func moveEntry(_ name: String, from source: StoreLayout.Area, to destination: StoreLayout.Area, as newName: String) throws {
+        let sourcePath = layout.path(ofEntry: name, in: source)
+        let destinationPath = layout.path(ofEntry: newName, in: destination)
+        do {
+            try configuration.fileSystem.rename(sourcePath, destinationPath)
+        } catch {
+            try checkAreaExists(source)
+            try checkAreaExists(destination)
+            throw writeFailed("Could not move the entry to the \(destination.rawValue) area; it is unchanged.", path: sourcePath, error: error)
+        }
+        try synchronize(destination, changing: destinationPath)
+        try synchronize(source, changing: sourcePath)
+    }
+
+    /// Throws ``PersistenceError/Code/directoryUnavailable`` when an area directory is gone.
+    func checkAreaExists(_ area: StoreLayout.Area) throws {
+        let path = layout.path(of: area)
+        guard (try? configuration.fileSystem.linkStatus(path))?.kind == .directory else {
+            throw PersistenceError(
+                .directoryUnavailable,
+                "The store's \(area.rawValue) directory is missing or not a directory; it was moved or deleted while the store was open. Restore it, or close and reopen the store to create it again.",
+                fileURL: url(path)
+            )
+        }
+    }
+
+    func writeFailed(_ message: String, path: String, error: any Error) -> PersistenceError {
+        PersistenceError(.writeFailed, "\(message) \(error).", fileURL: url(path), underlyingError: error)
+    }
+
+    /// Removes temporary files left by writes that a crash interrupted; called at open only,
+    /// when no write of this store can be in progress.
+    private func removeTemporaryFiles() {
+        for area in StoreLayout.Area.allCases where area != .quarantine {
+            let names = (try? configuration.fileSystem.contentsOfDirectory(layout.path(of: area))) ?? []
+            for name in names where StoreLayout.isTemporaryFileName(name) {
+                try? configuration.fileSystem.unlink(layout.path(ofEntry: name, in: area))
+            }
+        }
+    }
+}

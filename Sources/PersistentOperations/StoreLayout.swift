@@ -1,0 +1,126 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The areas of a store directory and the paths inside it.
+///
+/// ```
+/// <directory>/store.lock        flock target, holds the holder's process id
+/// <directory>/pending/<id>.record
+/// <directory>/failed/<id>.record
+/// <directory>/quarantine/<name> entries that failed verification, as they were found
+/// ```
+package struct StoreLayout: Sendable {
+    /// A subdirectory of the store.
+    package enum Area: String, Sendable, CaseIterable {
+        /// Records waiting to run or to be retried.
+        case pending
+        /// Records that failed for good (the dead-letter area).
+        case failed
+        /// Entries that could not be read, kept for inspection.
+        case quarantine
+    }
+
+    /// The permissions of every directory the store creates.
+    package static let directoryPermissions: mode_t = 0o700
+    /// The extension of record files.
+    package static let recordExtension = "record"
+
+    /// The store directory.
+    package let root: String
+
+    /// Creates the layout of the store at `directory`.
+    package init(directory: URL) {
+        var root = directory.standardizedFileURL.path
+        while root.count > 1, root.hasSuffix("/") { root.removeLast() }
+        self.root = root
+    }
+
+    /// The path of `area`.
+    package func path(of area: Area) -> String {
+        root + "/" + area.rawValue
+    }
+
+    /// The path of the record with identifier `id` in `area`.
+    package func path(ofRecord id: String, in area: Area) -> String {
+        path(of: area) + "/" + Self.fileName(ofRecord: id)
+    }
+
+    /// The path of the entry called `name` in `area`.
+    package func path(ofEntry name: String, in area: Area) -> String {
+        path(of: area) + "/" + name
+    }
+
+    /// The path of the lock file.
+    package var lockPath: String { root + "/store.lock" }
+
+    /// The file name of the record with identifier `id`.
+    package static func fileName(ofRecord id: String) -> String {
+        id + "." + recordExtension
+    }
+
+    /// The record identifier a file name stands for, when it is `<UUID>.record`.
+    package static func recordIdentifier(fromFileName name: String) -> String? {
+        let suffix = "." + recordExtension
+        guard name.hasSuffix(suffix) else { return nil }
+        let id = String(name.dropLast(suffix.count))
+        return OperationRecord.isValidIdentifier(id) ? id : nil
+    }
+
+    /// Whether `name` is a temporary file left by an interrupted write.
+    package static func isTemporaryFileName(_ name: String) -> Bool {
+        name.hasPrefix(".") && name.hasSuffix(DurableFile.temporaryFileSuffix)
+    }
+
+    /// Creates the store directory (and missing parents) and its areas with mode 0700, and
+    /// makes existing ones 0700; syncs each parent whose entries changed.
+    ///
+    /// - Throws: ``PersistenceError/Code/directoryUnavailable``.
+    package func createDirectories(fileSystem: FileSystem) throws {
+        try createDirectory(root, fileSystem: fileSystem)
+        for area in Area.allCases {
+            try createDirectory(path(of: area), fileSystem: fileSystem)
+        }
+    }
+
+    private func createDirectory(_ path: String, fileSystem: FileSystem) throws {
+        let url = URL(fileURLWithPath: path)
+        do {
+            if let status = try? fileSystem.linkStatus(path) {
+                guard status.kind == .directory else {
+                    throw PersistenceError(
+                        .directoryUnavailable,
+                        "A store directory path exists but is not a directory; move it away or choose another store directory.",
+                        fileURL: url
+                    )
+                }
+            } else {
+                let parent = (path as NSString).deletingLastPathComponent
+                if parent != path, (try? fileSystem.linkStatus(parent)) == nil {
+                    try createDirectory(parent, fileSystem: fileSystem)
+                }
+                do {
+                    try fileSystem.makeDirectory(path, Self.directoryPermissions)
+                } catch let error as SystemCallError where error.code == EEXIST {
+                    // Created concurrently; the checks below still apply.
+                }
+                try fileSystem.synchronizeDirectory(parent)
+            }
+            if try fileSystem.linkStatus(path).permissions != Self.directoryPermissions {
+                try fileSystem.setPathPermissions(path, Self.directoryPermissions)
+            }
+        } catch let error as PersistenceError {
+            throw error
+        } catch {
+            throw PersistenceError(
+                .directoryUnavailable,
+                "Cannot create the store directory; check that its parent exists and is writable.",
+                fileURL: url, underlyingError: error
+            )
+        }
+    }
+}

@@ -1,0 +1,91 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The exclusive lock that keeps a store directory to one open read-write store.
+///
+/// It is an `flock(2)` on `store.lock`. The lock belongs to the open file description, so a
+/// second open in the same process conflicts just like one in another process, and the
+/// operating system releases it when the holder exits or is killed. The holder's process
+/// identifier is written into the file to make the "locked" error helpful; nothing else
+/// depends on the file's contents.
+///
+/// Thread safety: ``release()`` may be called from any thread, any number of times.
+package final class StoreLock: Sendable {
+    /// The locked descriptor, `nil` once released.
+    private let state: Locked<Int32?>
+    private let fileSystem: FileSystem
+
+    /// Takes the lock on `path`, creating the file (mode 0600) when needed.
+    ///
+    /// - Throws: ``PersistenceError/Code/locked`` when anyone holds it,
+    ///   ``PersistenceError/Code/directoryUnavailable`` when the file cannot be opened.
+    package init(path: String, fileSystem: FileSystem) throws {
+        let url = URL(fileURLWithPath: path)
+        let descriptor: Int32
+        do {
+            descriptor = try fileSystem.open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
+        } catch {
+            throw PersistenceError(
+                .directoryUnavailable,
+                "Cannot open the store's lock file; check that the store directory is writable.",
+                fileURL: url, underlyingError: error
+            )
+        }
+        do {
+            try fileSystem.setPermissions(descriptor, DurableFile.filePermissions)
+            try fileSystem.lock(descriptor, LOCK_EX | LOCK_NB)
+        } catch {
+            let holder = Self.holderDescription(descriptor: descriptor, fileSystem: fileSystem)
+            try? fileSystem.close(descriptor)
+            if let error = error as? SystemCallError, error.code == EWOULDBLOCK {
+                throw PersistenceError(
+                    .locked,
+                    "The store is already open\(holder). Only one process, and one store instance within it, may open a store for writing at a time; close the other instance, or open this one read-only to inspect it.",
+                    fileURL: url, underlyingError: error
+                )
+            }
+            throw PersistenceError(.directoryUnavailable, "Cannot lock the store.", fileURL: url, underlyingError: error)
+        }
+        Self.recordHolder(descriptor: descriptor, fileSystem: fileSystem)
+        self.fileSystem = fileSystem
+        self.state = Locked(descriptor)
+    }
+
+    deinit {
+        release()
+    }
+
+    /// Releases the lock; later calls do nothing.
+    package func release() {
+        guard let descriptor = state.withLock({ descriptor -> Int32? in
+            defer { descriptor = nil }
+            return descriptor
+        }) else { return }
+        try? fileSystem.close(descriptor)
+    }
+
+    /// Writes this process's identifier into the lock file, for the error other openers see.
+    private static func recordHolder(descriptor: Int32, fileSystem: FileSystem) {
+        let text = Data("\(getpid())\n".utf8)
+        _ = ftruncate(descriptor, 0)
+        _ = text.withUnsafeBytes { bytes in
+            try? fileSystem.write(descriptor, bytes)
+        }
+    }
+
+    /// " by process 123" when the lock file names the holder, otherwise "".
+    private static func holderDescription(descriptor: Int32, fileSystem: FileSystem) -> String {
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let count = buffer.withUnsafeMutableBytes { bytes in
+            (try? fileSystem.read(descriptor, bytes)) ?? 0
+        }
+        let text = String(decoding: buffer.prefix(count), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let pid = Int32(text) else { return "" }
+        return pid == getpid() ? " by another store instance in this process" : " by process \(pid)"
+    }
+}

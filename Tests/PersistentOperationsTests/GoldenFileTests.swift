@@ -1,0 +1,125 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+/// Record files of every released format version, committed under `Fixtures/` and frozen:
+/// a later version of the library must still read them field for field.
+@Suite("Golden files")
+struct GoldenFileTests {
+    /// The records the version 1 golden files were generated from.
+    static let version1Records: [String: OperationRecord] = [
+        "v1-minimal.record": OperationRecord(
+            id: "00000000-0000-4000-8000-000000000001",
+            typeIdentifier: "com.example.ping",
+            payload: Data(),
+            enqueueSequence: 1,
+            enqueuedAt: Date(timeIntervalSinceReferenceDate: 760_000_000)
+        ),
+        "v1-full.record": OperationRecord(
+            id: "6F1C2D3E-4A5B-4C6D-8E9F-0A1B2C3D4E5F",
+            typeIdentifier: "com.example.upload",
+            payload: Data([0x62, 0x70, 0x6C, 0x69, 0x73, 0x74]),
+            priority: -3,
+            enqueueSequence: 0xFFFF_FFFF_FFFF_FFF0,
+            enqueuedAt: Date(timeIntervalSinceReferenceDate: 760_000_000.123_456),
+            notBefore: Date(timeIntervalSinceReferenceDate: 760_000_060.5),
+            tags: ["photos", "$null", "日本語 🎉"],
+            uniqueKey: "avatar/user-42",
+            numberOfRetries: 4,
+            numberOfAttempts: 6,
+            nextAttemptAt: Date(timeIntervalSinceReferenceDate: 760_000_120.25),
+            attemptsInFlight: 1,
+            lastErrorDescription: "The network connection was lost."
+        ),
+        "v1-failed.record": OperationRecord(
+            id: "A0B1C2D3-E4F5-4A6B-9C7D-8E9FA0B1C2D3",
+            typeIdentifier: "com.example.sync",
+            payload: Data(repeating: 0xAB, count: 40),
+            priority: 10,
+            enqueueSequence: 77,
+            enqueuedAt: Date(timeIntervalSinceReferenceDate: -1.5),
+            tags: [],
+            numberOfRetries: 10,
+            numberOfAttempts: 11,
+            attemptsInFlight: 3,
+            lastErrorDescription: "HTTP 503",
+            failureReason: "Crashed during 3 consecutive launches."
+        ),
+    ]
+
+    /// The payload the version 1 payload golden file holds.
+    struct GoldenPayload: Codable, Equatable {
+        var name: String
+        var count: Int
+        var createdAt: Date
+        var ratio: Double
+        var items: [String: [UInt64]]
+        var note: String?
+    }
+
+    static let version1Payload = GoldenPayload(
+        name: "golden ✓",
+        count: -42,
+        createdAt: Date(timeIntervalSinceReferenceDate: 760_000_000.987_654),
+        ratio: 2.5e-8,
+        items: ["big": [UInt64.max, 0], "small": [7]],
+        note: nil
+    )
+
+    static func fixtureURL(_ name: String) throws -> URL {
+        try #require(Bundle.module.url(forResource: name, withExtension: nil, subdirectory: "Fixtures"))
+    }
+
+    @Test(arguments: version1Records.keys.sorted())
+    func aVersion1GoldenFileDecodesToItsRecord(name: String) throws {
+        // Given a frozen version 1 record file
+        let data = try Data(contentsOf: try Self.fixtureURL(name))
+        // When it is decoded by this version of the library
+        let record = try RecordFormat.decode(data)
+        // Then every field has the value it was written with
+        let expected = try #require(Self.version1Records[name])
+        #expect(record.formatVersion == 1)
+        #expect(record.id == expected.id)
+        #expect(record.typeIdentifier == expected.typeIdentifier)
+        #expect(record.payload == expected.payload)
+        #expect(record.priority == expected.priority)
+        #expect(record.enqueueSequence == expected.enqueueSequence)
+        #expect(record.enqueuedAt == expected.enqueuedAt)
+        #expect(record.notBefore == expected.notBefore)
+        #expect(record.tags == expected.tags)
+        #expect(record.uniqueKey == expected.uniqueKey)
+        #expect(record.numberOfRetries == expected.numberOfRetries)
+        #expect(record.numberOfAttempts == expected.numberOfAttempts)
+        #expect(record.nextAttemptAt == expected.nextAttemptAt)
+        #expect(record.attemptsInFlight == expected.attemptsInFlight)
+        #expect(record.lastErrorDescription == expected.lastErrorDescription)
+        #expect(record.failureReason == expected.failureReason)
+        #expect(record == expected)
+    }
+
+    @Test(arguments: version1Records.keys.sorted())
+    func theWriterStillProducesTheGoldenBytes(name: String) throws {
+        // Equal records encode to equal bytes (sorted keys, no shared objects), so a change
+        // here means the format changed: add a new version and new golden files instead.
+        let golden = try Data(contentsOf: try Self.fixtureURL(name))
+        #expect(try RecordFormat.encode(try #require(Self.version1Records[name])) == golden)
+    }
+
+    @Test func theVersion1PayloadGoldenFileDecodesToItsPayload() throws {
+        // Given a payload encoded by version 1 (wrapped under the key "value")
+        let data = try Data(contentsOf: try Self.fixtureURL("v1-payload.bplist"))
+        // When it is decoded, then every field is as written
+        #expect(try RecordFormat.decodePayload(GoldenPayload.self, from: data) == Self.version1Payload)
+    }
+
+    /// Writes the golden files; run once per new format version with
+    /// `GENERATE_GOLDEN_FILES=1 swift test --filter generateGoldenFiles`, then commit them.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["GENERATE_GOLDEN_FILES"] == "1"))
+    func generateGoldenFiles() throws {
+        let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures")
+        for (name, record) in Self.version1Records {
+            try RecordFormat.encode(record).write(to: fixtures.appendingPathComponent(name))
+        }
+        try RecordFormat.encodePayload(Self.version1Payload).write(to: fixtures.appendingPathComponent("v1-payload.bplist"))
+    }
+}

@@ -1,0 +1,153 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+@Suite("Record format")
+struct RecordFormatTests {
+    @Test func crc32MatchesTheStandardCheckValue() {
+        #expect(CRC32.checksum(of: Array("123456789".utf8)) == 0xCBF4_3926)
+    }
+
+    @Test func aRecordWithEveryFieldSetReadsBackEqual() throws {
+        // Given a record using every field, with fractional-second dates and awkward strings
+        let record = OperationRecord(
+            typeIdentifier: "$null",
+            payload: try RecordFormat.encodePayload(SamplePayload.example),
+            priority: -7,
+            enqueueSequence: UInt64.max,
+            enqueuedAt: Date(timeIntervalSinceReferenceDate: 123.456_789_012),
+            notBefore: Date(timeIntervalSinceReferenceDate: -0.25),
+            tags: ["$null", "", "日本語", "emoji 🎉"],
+            uniqueKey: "user-42/avatar",
+            numberOfRetries: 4,
+            numberOfAttempts: 9,
+            nextAttemptAt: Date(timeIntervalSinceReferenceDate: 1e9 + 0.001),
+            attemptsInFlight: 2,
+            lastErrorDescription: String(repeating: "x", count: 300),
+            failureReason: "crash loop"
+        )
+        // When it is encoded and decoded
+        let decoded = try RecordFormat.decode(try RecordFormat.encode(record))
+        // Then every field is equal, dates to the bit
+        #expect(decoded == record)
+        #expect(decoded.enqueuedAt.timeIntervalSinceReferenceDate == 123.456_789_012)
+    }
+
+    @Test func theRecordBodyIsAPropertyListThatFoundationReads() throws {
+        // Given an encoded record
+        let record = try makeRecord(index: 5)
+        let file = try RecordFormat.encode(record)
+        // When Foundation's decoder reads the body
+        let body = file.dropFirst(RecordFormat.headerSize)
+        let decoded = try PropertyListDecoder().decode(OperationRecord.self, from: Data(body))
+        // Then it sees the same record
+        #expect(decoded == record)
+    }
+
+    @Test func aPayloadWithAFractionalSecondsDateReadsBackExactly() throws {
+        // Given a payload holding a date with sub-second precision
+        let payload = SamplePayload.example
+        // When it is encoded and decoded
+        let decoded = try RecordFormat.decodePayload(SamplePayload.self, from: try RecordFormat.encodePayload(payload))
+        // Then it is equal, date included
+        #expect(decoded == payload)
+        #expect(decoded.createdAt == payload.createdAt)
+    }
+
+    @Test func aPayloadContainingTheStringDollarNullIsRefused() throws {
+        // Given a payload whose string is "$null", which the plist coders on Linux read as nil
+        var payload = SamplePayload.example
+        payload.url = "$null"
+        // Then encoding refuses it instead of storing something that reads back different
+        let error = #expect(throws: PersistenceError.self) { try RecordFormat.encodePayload(payload) }
+        #expect(error?.code == .payloadDoesNotRoundTrip)
+    }
+
+    @Test func anOptionalDollarNullThatWouldReadBackAsNilIsRefused() throws {
+        var payload = SamplePayload.example
+        payload.note = "$null"
+        let error = #expect(throws: PersistenceError.self) { try RecordFormat.encodePayload(payload) }
+        #expect(error?.code == .payloadDoesNotRoundTrip)
+    }
+
+    @Test func aPayloadWhoseEncodeThrowsIsReportedAsNotEncodable() throws {
+        struct Unencodable: Codable {
+            struct Refusal: Error {}
+            init() {}
+            init(from decoder: any Decoder) throws {}
+            func encode(to encoder: any Encoder) throws { throw Refusal() }
+        }
+        let error = #expect(throws: PersistenceError.self) { try RecordFormat.encodePayload(Unencodable()) }
+        #expect(error?.code == .payloadNotEncodable)
+        #expect(error?.underlyingError != nil)
+    }
+
+    @Test func aRecordOverTheSizeCapIsRefusedWithRecordTooLarge() throws {
+        // Given a record whose payload alone exceeds the cap
+        var record = try makeRecord()
+        record.payload = Data(count: 2_000)
+        // When it is encoded with a 1,000-byte cap
+        let error = #expect(throws: PersistenceError.self) { try RecordFormat.encode(record, maximumSize: 1_000) }
+        // Then it is refused with a clear code
+        #expect(error?.code == .recordTooLarge)
+        #expect(error?.message.contains("maximum record size of 1000 bytes") == true)
+    }
+
+    @Test func theDefaultCapRefusesARecordOfMoreThanOneMebibyte() throws {
+        var record = try makeRecord()
+        record.payload = Data(count: 1 << 20)
+        let error = #expect(throws: PersistenceError.self) { try RecordFormat.encode(record) }
+        #expect(error?.code == .recordTooLarge)
+    }
+
+    @Test func aNewerFormatVersionIsReportedAsUnsupported() throws {
+        let file = recordFile(body: Data(try RecordFormat.encode(try makeRecord()).dropFirst(RecordFormat.headerSize)), version: 2)
+        let error = #expect(throws: PersistenceError.self) { try RecordFormat.decode(file) }
+        #expect(error?.code == .unsupportedFormatVersion)
+    }
+
+    @Test(arguments: CraftedPropertyList.all.map(\.name))
+    func aCraftedBodyWithAValidChecksumIsRejectedBeforeAnyDecoderSeesIt(name: String) throws {
+        // Given a crafted body wrapped in a header whose length and CRC-32 are correct
+        let body = try #require(CraftedPropertyList.all.first { $0.name == name }?.body)
+        // When it is decoded as a record, and as a payload
+        let recordError = #expect(throws: PersistenceError.self) { try RecordFormat.decode(recordFile(body: body)) }
+        let payloadError = #expect(throws: PersistenceError.self) {
+            try RecordFormat.decodePayload(SamplePayload.self, from: body)
+        }
+        // Then both are rejected as corrupt, and the process is still alive
+        #expect(recordError?.code == .corruptRecord)
+        #expect(payloadError?.code == .corruptRecord)
+    }
+
+    @Test func nestingUpToTheLimitIsAcceptedAndOneMoreLevelIsNot() {
+        #expect(throws: Never.self) { try BinaryPropertyListReader.verify(CraftedPropertyList.nested(depth: 255)) }
+        #expect(throws: BinaryPropertyListReader.Rejection.self) {
+            try BinaryPropertyListReader.verify(CraftedPropertyList.nested(depth: 256))
+        }
+    }
+
+    @Test func mutatedPayloadsThatPassVerificationNeverCrashTheDecoder() throws {
+        // Given a valid payload, mutated a few thousand times (a checksum would not help here)
+        let original = [UInt8](try RecordFormat.encodePayload(SamplePayload.example))
+        var generator = SeededGenerator(seed: 0x5EED)
+        var accepted = 0
+        for _ in 0..<3_000 {
+            var bytes = original
+            for _ in 0..<Int.random(in: 1...4, using: &generator) {
+                let index = Int.random(in: 0..<bytes.count, using: &generator)
+                if Bool.random(using: &generator) {
+                    bytes[index] ^= UInt8(1) << UInt8.random(in: 0..<8, using: &generator)
+                } else {
+                    bytes[index] = UInt8.random(in: 0...255, using: &generator)
+                }
+            }
+            // When the store's reader decodes it
+            if (try? RecordFormat.decodePayload(SamplePayload.self, from: Data(bytes))) != nil {
+                accepted += 1
+            }
+        }
+        // Then the process survived every one (some mutations are harmless and decode)
+        #expect(accepted < 3_000)
+    }
+}

@@ -1,0 +1,218 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+@Suite("Record store")
+struct RecordStoreTests {
+    @Test func addedRecordsLoadInPriorityThenEnqueueOrder() throws {
+        // Given records added out of order with mixed priorities
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let low1 = try makeRecord(index: 1, sequence: 1, priority: 0)
+        let high2 = try makeRecord(index: 2, sequence: 2, priority: 5)
+        let low3 = try makeRecord(index: 3, sequence: 3, priority: 0)
+        let high4 = try makeRecord(index: 4, sequence: 4, priority: 5)
+        for record in [low3, high4, low1, high2] { try store.add(record) }
+        store.close()
+        // When another store loads them
+        let report = try RecordStore(directory: directory.store).loadPending()
+        // Then they come back equal, higher priority first and FIFO within a priority
+        #expect(report.records == [high2, high4, low1, low3])
+        #expect(report.quarantined.isEmpty && report.skipped.isEmpty)
+    }
+
+    @Test func updateRewritesTheRecordInPlace() throws {
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        var record = try makeRecord()
+        try store.add(record)
+        // When the record is updated after a retry
+        record.numberOfRetries = 2
+        record.numberOfAttempts = 3
+        record.attemptsInFlight = 1
+        record.nextAttemptAt = Date(timeIntervalSinceReferenceDate: 800_000_000.75)
+        try store.update(record)
+        // Then one file holds the new version
+        #expect(try store.loadPending().records == [record])
+        #expect(try directory.names(in: "pending") == [StoreLayout.fileName(ofRecord: record.id)])
+    }
+
+    @Test func updatingOrRemovingAMissingRecordThrowsRecordNotFound() throws {
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let record = try makeRecord()
+        #expect(throws: PersistenceError.self) { try store.update(record) }
+        let error = #expect(throws: PersistenceError.self) { try store.removePending(id: record.id) }
+        #expect(error?.code == .recordNotFound)
+    }
+
+    @Test func addingTheSameIdentifierTwiceIsRefused() throws {
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let record = try makeRecord()
+        try store.add(record)
+        #expect(throws: PersistenceError.self) { try store.add(record) }
+    }
+
+    @Test func removeDeletesThePendingRecord() throws {
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let kept = try makeRecord(index: 1)
+        let removed = try makeRecord(index: 2)
+        try store.add(kept)
+        try store.add(removed)
+        try store.removePending(id: removed.id)
+        #expect(try store.loadPending().records == [kept])
+    }
+
+    @Test func aFailedRecordCanBeListedRequeuedAndPurged() throws {
+        // Given two records moved to the failed area
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        var first = try makeRecord(index: 1)
+        first.numberOfRetries = 5
+        first.attemptsInFlight = 3
+        let second = try makeRecord(index: 2)
+        try store.add(first)
+        try store.add(second)
+        let failedFirst = try store.moveToFailed(first, reason: "crash loop: 3 launches")
+        _ = try store.moveToFailed(second, reason: "server said 400")
+        // Then they are listed with their reasons and nothing is pending
+        #expect(try store.loadPending().records.isEmpty)
+        let failed = try store.loadFailed().records
+        #expect(failed.map(\.failureReason) == ["crash loop: 3 launches", "server said 400"])
+        #expect(failed.first == failedFirst)
+        // When the first is re-queued
+        let requeued = try store.requeueFailed(id: first.id)
+        // Then it is pending again with its failure fields reset
+        #expect(requeued.failureReason == nil && requeued.numberOfRetries == 0 && requeued.attemptsInFlight == 0)
+        #expect(requeued.payload == first.payload && requeued.enqueueSequence == first.enqueueSequence)
+        #expect(try store.loadPending().records == [requeued])
+        // When the rest is purged
+        #expect(try store.purgeAllFailed() == 1)
+        #expect(try store.loadFailed().records.isEmpty)
+        #expect(try directory.names(in: "failed").isEmpty)
+    }
+
+    @Test func requeueAllFailedMovesEveryFailedRecordBack() throws {
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let records = try (0..<4).map { try makeRecord(index: $0) }
+        for record in records {
+            try store.add(record)
+            _ = try store.moveToFailed(record, reason: "gave up")
+        }
+        let requeued = try store.requeueAllFailed()
+        #expect(requeued.map(\.id) == records.map(\.id))
+        #expect(try store.loadPending().records.count == 4)
+        #expect(try store.loadFailed().records.isEmpty)
+    }
+
+    @Test func anInterruptedMoveToFailedIsCompletedByTheNextLoad() throws {
+        // Given a pending file that already carries a failure reason (a crash hit before the rename)
+        let directory = try TemporaryDirectory()
+        var record = try makeRecord()
+        record.failureReason = "crash loop"
+        let path = directory.path("pending", StoreLayout.fileName(ofRecord: record.id))
+        try RecordStore(directory: directory.store).close()
+        try RecordFormat.encode(record).write(to: URL(fileURLWithPath: path))
+        // When the pending area is loaded
+        let store = try RecordStore(directory: directory.store)
+        let report = try store.loadPending()
+        // Then the record is moved on rather than run
+        #expect(report.records.isEmpty)
+        #expect(report.completedMoves == [record])
+        #expect(try store.loadFailed().records == [record])
+    }
+
+    @Test func enqueueSequencesContinueAfterTheLargestStoredOne() throws {
+        let directory = try TemporaryDirectory()
+        do {
+            let store = try RecordStore(directory: directory.store)
+            try store.add(try makeRecord(index: 1, sequence: 41))
+            let failed = try makeRecord(index: 2, sequence: 99)
+            try store.add(failed)
+            _ = try store.moveToFailed(failed, reason: "gave up")
+        }
+        // When a new store hands out a sequence before loading anything
+        let store = try RecordStore(directory: directory.store)
+        // Then it is above every stored one, and increasing
+        #expect(store.nextEnqueueSequence() == 100)
+        #expect(store.nextEnqueueSequence() == 101)
+    }
+
+    @Test(.serialized, arguments: [mode_t(0), 0o022])
+    func directoriesAre0700AndFilesAre0600WhateverTheUmask(umaskValue: mode_t) throws {
+        // Given a permissive umask
+        let previous = umask(umaskValue)
+        defer { umask(previous) }
+        let directory = try TemporaryDirectory()
+        // When a store is created and a record written
+        let store = try RecordStore(directory: directory.store)
+        let record = try makeRecord()
+        try store.add(record)
+        // Then directories are 0700 and files 0600
+        func permissions(_ path: String) throws -> Int {
+            (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) ?? -1
+        }
+        for area in ["", "pending", "failed", "quarantine"] {
+            #expect(try permissions(directory.path(area)) == 0o700, "\(area)")
+        }
+        #expect(try permissions(directory.path("pending", StoreLayout.fileName(ofRecord: record.id))) == 0o600)
+        #expect(try permissions(directory.path("store.lock")) == 0o600)
+    }
+
+    @Test func aSecondReadWriteOpenThrowsLockedUntilTheFirstCloses() throws {
+        let directory = try TemporaryDirectory()
+        // Given an open store
+        let first = try RecordStore(directory: directory.store)
+        // When the same directory is opened again in this process
+        let error = #expect(throws: PersistenceError.self) { try RecordStore(directory: directory.store) }
+        // Then it is refused with a message that says what to do
+        #expect(error?.code == .locked)
+        #expect(error?.message.contains("read-only") == true)
+        // And a read-only open works while it is locked, and sees the records
+        try first.add(try makeRecord())
+        let inspector = try RecordStore(directory: directory.store, access: .readOnly)
+        #expect(try inspector.loadPending().records.count == 1)
+        #expect(throws: PersistenceError.self) { try inspector.add(try makeRecord(index: 2)) }
+        // When the first closes, opening works
+        first.close()
+        #expect(throws: PersistenceError.self) { try first.add(try makeRecord(index: 3)) }
+        _ = try RecordStore(directory: directory.store)
+    }
+
+    @Test func aReadOnlyStoreReportsBadEntriesWithoutMovingThem() throws {
+        let directory = try TemporaryDirectory()
+        try RecordStore(directory: directory.store).close()
+        let badName = StoreLayout.fileName(ofRecord: UUID().uuidString)
+        try Data("garbage".utf8).write(to: URL(fileURLWithPath: directory.path("pending", badName)))
+        let report = try RecordStore(directory: directory.store, access: .readOnly).loadPending()
+        #expect(report.skipped.map(\.name) == [badName])
+        #expect(try directory.names(in: "pending") == [badName])
+    }
+
+    @Test func aReadOnlyOpenOfAMissingDirectoryThrowsDirectoryUnavailable() throws {
+        let directory = try TemporaryDirectory()
+        let error = #expect(throws: PersistenceError.self) {
+            try RecordStore(directory: directory.store, access: .readOnly)
+        }
+        #expect(error?.code == .directoryUnavailable)
+        #expect(!FileManager.default.fileExists(atPath: directory.store.path))
+    }
+
+    @Test func openingRemovesTemporaryFilesLeftByAnInterruptedWrite() throws {
+        let directory = try TemporaryDirectory()
+        try RecordStore(directory: directory.store).close()
+        let stale = directory.path("pending", ".\(UUID().uuidString).record.1234ABCD.tmp")
+        try Data("half".utf8).write(to: URL(fileURLWithPath: stale))
+        _ = try RecordStore(directory: directory.store)
+        #expect(try directory.names(in: "pending").isEmpty)
+    }
+}

@@ -1,0 +1,183 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A directory under the system's temporary directory that is deleted when the value dies.
+final class TemporaryDirectory: Sendable {
+    let url: URL
+
+    init() throws {
+        url = FileManager.default.temporaryDirectory
+            .appendingPathComponent("PersistentOperationsTests-\(UUID().uuidString)", isDirectory: true)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    deinit {
+        try? FileManager.default.removeItem(at: url)
+    }
+
+    /// The store directory inside the temporary directory.
+    var store: URL { url.appendingPathComponent("store", isDirectory: true) }
+
+    func path(_ components: String...) -> String {
+        components.reduce(store) { $0.appendingPathComponent($1) }.path
+    }
+
+    func names(in area: String) throws -> Set<String> {
+        Set(try FileManager.default.contentsOfDirectory(atPath: path(area)))
+    }
+}
+
+/// A payload with the kinds of values real payloads hold.
+struct SamplePayload: Codable, Equatable, Sendable {
+    var url: String
+    var attempt: Int
+    var createdAt: Date
+    var tags: [String]
+    var body: Data
+    var ratio: Double
+    var note: String?
+}
+
+extension SamplePayload {
+    static let example = SamplePayload(
+        url: "https://example.com/upload/items/12345",
+        attempt: 3,
+        createdAt: Date(timeIntervalSinceReferenceDate: 760_000_000.123_456),
+        tags: ["photos", "wifi-only", "é✓"],
+        body: Data((0..<64).map { UInt8($0) }),
+        ratio: 0.1,
+        note: nil
+    )
+}
+
+/// A record with a real payload; `index` varies the fields.
+func makeRecord(index: Int = 0, sequence: UInt64? = nil, priority: Int = 0) throws -> OperationRecord {
+    var payload = SamplePayload.example
+    payload.attempt = index
+    return OperationRecord(
+        typeIdentifier: "com.example.upload",
+        payload: try RecordFormat.encodePayload(payload),
+        priority: priority,
+        enqueueSequence: sequence ?? UInt64(index + 1),
+        enqueuedAt: Date(timeIntervalSinceReferenceDate: 760_000_000.5 + Double(index)),
+        tags: ["batch-\(index % 3)"]
+    )
+}
+
+/// A seeded generator so that "random" inputs are the same on every run.
+struct SeededGenerator: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) {
+        state = seed
+    }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var value = state
+        value = (value ^ (value >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        value = (value ^ (value >> 27)) &* 0x94D0_49BB_1331_11EB
+        return value ^ (value >> 31)
+    }
+}
+
+/// Switchable faults and counters wrapped around the system file system.
+final class FaultInjector: Sendable {
+    struct Faults: Sendable {
+        /// errno to fail `write` with.
+        var write: Int32?
+        /// errno to fail file `fsync` with.
+        var synchronize: Int32?
+        /// errno to fail directory syncs with.
+        var synchronizeDirectory: Int32?
+        /// errno to fail every `open` for writing, `rename`, `unlink` and `mkdir` with.
+        var mutation: Int32?
+        /// Bytes each `write` call may write at most, to force short writes.
+        var maximumWriteSize: Int?
+        /// Latency added to each directory sync, in microseconds.
+        var directorySyncLatency: UInt32 = 0
+    }
+
+    struct Counters: Sendable {
+        var directorySyncs = 0
+        var events = 0
+        /// The event number at which each path was last renamed into place.
+        var renamedAt: [String: Int] = [:]
+        /// (directory, event number at start) of each successful directory sync.
+        var completedSyncs: [(path: String, startedAt: Int)] = []
+    }
+
+    let faults = Locked(Faults())
+    let counters = Locked(Counters())
+
+    var fileSystem: FileSystem {
+        let system = FileSystem.system
+        var fileSystem = system
+        fileSystem.write = { [self] descriptor, bytes in
+            let faults = self.faults.withLock { $0 }
+            if let code = faults.write { throw SystemCallError("write", code: code) }
+            let count = min(bytes.count, faults.maximumWriteSize ?? bytes.count)
+            return try system.write(descriptor, UnsafeRawBufferPointer(rebasing: bytes[..<count]))
+        }
+        fileSystem.synchronize = { [self] descriptor in
+            if let code = faults.withLock({ $0.synchronize }) { throw SystemCallError("fsync", code: code) }
+            try system.synchronize(descriptor)
+        }
+        fileSystem.synchronizeDirectory = { [self] path in
+            let faults = self.faults.withLock { $0 }
+            if let code = faults.synchronizeDirectory { throw SystemCallError("fsync", path: path, code: code) }
+            let start = counters.withLock { counters in
+                counters.events += 1
+                return counters.events
+            }
+            if faults.directorySyncLatency > 0 { usleep(faults.directorySyncLatency) }
+            try system.synchronizeDirectory(path)
+            counters.withLock { counters in
+                counters.directorySyncs += 1
+                counters.completedSyncs.append((path, start))
+            }
+        }
+        fileSystem.open = { [self] path, flags, mode in
+            if flags & (O_WRONLY | O_RDWR | O_CREAT) != 0, let code = faults.withLock({ $0.mutation }) {
+                throw SystemCallError("open", path: path, code: code)
+            }
+            return try system.open(path, flags, mode)
+        }
+        fileSystem.rename = { [self] source, destination in
+            if let code = faults.withLock({ $0.mutation }) { throw SystemCallError("rename", path: source, code: code) }
+            try system.rename(source, destination)
+            counters.withLock { counters in
+                counters.events += 1
+                counters.renamedAt[destination] = counters.events
+            }
+        }
+        fileSystem.unlink = { [self] path in
+            if let code = faults.withLock({ $0.mutation }) { throw SystemCallError("unlink", path: path, code: code) }
+            try system.unlink(path)
+        }
+        fileSystem.makeDirectory = { [self] path, mode in
+            if let code = faults.withLock({ $0.mutation }) { throw SystemCallError("mkdir", path: path, code: code) }
+            try system.makeDirectory(path, mode)
+        }
+        return fileSystem
+    }
+}
+
+/// Builds a record file around `body` with a correct header and checksum.
+func recordFile(body: Data, version: UInt16 = 1) -> Data {
+    var file = Data(RecordFormat.magic)
+    file.append(contentsOf: [UInt8(version >> 8), UInt8(version & 0xFF), 0, 0])
+    let length = UInt32(body.count)
+    file.append(contentsOf: [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: length >> $0) })
+    let crc = CRC32.checksum(of: body)
+    file.append(contentsOf: [24, 16, 8, 0].map { UInt8(truncatingIfNeeded: crc >> $0) })
+    file.append(body)
+    return file
+}
