@@ -22,20 +22,7 @@ extension RecordStore {
     ///   ``PersistenceError/Code/directoryUnavailable`` when the directory cannot be listed, and
     ///   ``PersistenceError/Code/writeFailed`` when quarantining fails.
     package func loadPending() throws -> LoadReport {
-        var report = try loadArea(.pending)
-        if access == .readWrite {
-            var stillPending: [OperationRecord] = []
-            for record in report.records {
-                if record.failureReason != nil {
-                    try move(record.id, from: .pending, to: .failed)
-                    report.completedMoves.append(record)
-                } else {
-                    stillPending.append(record)
-                }
-            }
-            report.records = stillPending
-        }
-        return report
+        try loadArea(.pending, finishingMovesTo: .failed) { $0.failureReason != nil }
     }
 
     /// Reads every record of the failed area, quarantining every entry that cannot be used.
@@ -43,19 +30,29 @@ extension RecordStore {
     /// A record whose re-queueing a crash interrupted (no failure reason left) is moved on to
     /// the pending area.
     package func loadFailed() throws -> LoadReport {
-        var report = try loadArea(.failed)
-        if access == .readWrite {
-            var stillFailed: [OperationRecord] = []
-            for record in report.records {
-                if record.failureReason == nil {
-                    try move(record.id, from: .failed, to: .pending)
-                    report.completedMoves.append(record)
-                } else {
-                    stillFailed.append(record)
-                }
+        try loadArea(.failed, finishingMovesTo: .pending) { $0.failureReason == nil }
+    }
+
+    /// Loads `area`, then moves on to `destination` every record that `belongsThere` — the
+    /// move between pending and failed that a crash interrupted after rewriting the record.
+    /// A read-only store reports those records where they are.
+    private func loadArea(
+        _ area: StoreLayout.Area,
+        finishingMovesTo destination: StoreLayout.Area,
+        where belongsThere: (OperationRecord) -> Bool
+    ) throws -> LoadReport {
+        var report = try loadArea(area)
+        guard access == .readWrite else { return report }
+        var staying: [OperationRecord] = []
+        for record in report.records {
+            if belongsThere(record) {
+                try move(record.id, from: area, to: destination)
+                report.completedMoves.append(record)
+            } else {
+                staying.append(record)
             }
-            report.records = stillFailed
         }
+        report.records = staying
         return report
     }
 
