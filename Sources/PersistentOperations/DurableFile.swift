@@ -22,13 +22,14 @@ package struct DurableFile: Sendable {
     /// The file system the calls go through.
     package let fileSystem: FileSystem
 
-    /// Writes `bytes` to a temporary file next to `path`, syncs it and renames it to `path`.
+    /// Writes `bytes` to a temporary file next to `path`, syncs it (unless `synchronizes` is
+    /// `false`, for files that only need to survive a process crash) and renames it to `path`.
     ///
     /// On failure no temporary or partial file is left behind and an existing file at `path`
     /// is unchanged.
     ///
     /// - Throws: ``SystemCallError`` naming the call that failed.
-    package func replaceContents(of path: String, with bytes: Data) throws {
+    package func replaceContents(of path: String, with bytes: Data, synchronizes: Bool = true) throws {
         let directory = (path as NSString).deletingLastPathComponent
         let name = (path as NSString).lastPathComponent
         let temporaryPath = directory + "/." + name + "." + UUID().uuidString.prefix(8) + Self.temporaryFileSuffix
@@ -39,7 +40,7 @@ package struct DurableFile: Sendable {
         do {
             try fileSystem.setPermissions(descriptor, Self.filePermissions)
             try writeAll(bytes, to: descriptor)
-            try fileSystem.synchronize(descriptor)
+            if synchronizes { try fileSystem.synchronize(descriptor) }
             isOpen = false
             try fileSystem.close(descriptor)
             try fileSystem.rename(temporaryPath, path)

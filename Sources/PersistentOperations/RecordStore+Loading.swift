@@ -56,9 +56,26 @@ extension RecordStore {
         return report
     }
 
-    /// The names of the entries in the quarantine area, sorted.
+    /// The names of the entries in the quarantine area, sorted (without their reason files).
     package func quarantinedEntryNames() throws -> [String] {
-        try listArea(.quarantine).sorted()
+        try listArea(.quarantine).filter { !$0.hasSuffix(StoreLayout.reasonSuffix) }.sorted()
+    }
+
+    /// The entries in the quarantine area with the reason each was quarantined for, when known.
+    package func quarantinedEntries() throws -> [(name: String, reason: String?)] {
+        try quarantinedEntryNames().map { name in
+            let path = layout.path(ofEntry: name + StoreLayout.reasonSuffix, in: .quarantine)
+            guard case .contents(let data)? = try? file.read(path, maximumSize: 64 * 1024) else { return (name, nil) }
+            return (name, String(decoding: data, as: UTF8.self))
+        }
+    }
+
+    /// Moves a readable pending record whose payload cannot be used (it does not decode as
+    /// its type's payload) to the quarantine area, and returns its name there.
+    package func quarantinePending(id: String, reason: String) throws -> String {
+        try checkWritable()
+        _ = try existingRecordPath(id, in: .pending)
+        return try quarantine(StoreLayout.fileName(ofRecord: id), from: .pending, reason: reason)
     }
 
     // MARK: Machinery
@@ -75,7 +92,7 @@ extension RecordStore {
                 var entry = LoadReport.Entry(name: name, reason: reason, code: code)
                 if access == .readWrite {
                     try checkWritable()
-                    entry.quarantineName = try quarantine(name, from: area)
+                    entry.quarantineName = try quarantine(name, from: area, reason: reason)
                     report.quarantined.append(entry)
                 } else {
                     report.skipped.append(entry)
@@ -138,11 +155,18 @@ extension RecordStore {
     }
 
     /// Moves an entry, as it is, into the quarantine area under a name not yet taken there.
-    private func quarantine(_ name: String, from area: StoreLayout.Area) throws -> String {
+    ///
+    /// The reason goes to a `<name>.reason` text file beside it, for the inspector; losing
+    /// that file loses nothing else, so a failure to write it is ignored.
+    private func quarantine(_ name: String, from area: StoreLayout.Area, reason: String) throws -> String {
         var quarantineName = name
         while (try? configuration.fileSystem.linkStatus(layout.path(ofEntry: quarantineName, in: .quarantine))) != nil {
             quarantineName = name + "." + UUID().uuidString.prefix(8)
         }
+        try? file.replaceContents(
+            of: layout.path(ofEntry: quarantineName + StoreLayout.reasonSuffix, in: .quarantine),
+            with: Data(reason.utf8), synchronizes: false
+        )
         try moveEntry(name, from: area, to: .quarantine, as: quarantineName)
         return quarantineName
     }

@@ -23,12 +23,17 @@ package struct StoreLayout: Sendable {
         case failed
         /// Entries that could not be read, kept for inspection.
         case quarantine
+        /// Markers of attempts in flight, for crash-loop protection (not synced: they only
+        /// need to survive a process crash).
+        case attempts
     }
 
     /// The permissions of every directory the store creates.
     package static let directoryPermissions: mode_t = 0o700
     /// The extension of record files.
     package static let recordExtension = "record"
+    /// The suffix of the text file beside a quarantined entry that says why it is there.
+    package static let reasonSuffix = ".reason"
 
     /// The store directory.
     package let root: String

@@ -46,6 +46,12 @@ public struct RetryLogHandler: Sendable {
         public let operationDescription: String
 
         public var description: String { "[\(level)] \(operationDescription): \(text)" }
+
+        package init(level: Level, text: String, operationDescription: String) {
+            self.level = level
+            self.text = text
+            self.operationDescription = operationDescription
+        }
     }
 
     /// The default ``minimumLevel``: retries and problems, not every attempt.
@@ -76,7 +82,7 @@ public struct RetryLogHandler: Sendable {
         }
     }
 
-    func handle(_ message: Message) {
+    package func handle(_ message: Message) {
         handler(message)
     }
 }

@@ -54,6 +54,11 @@ struct MachineState: Sendable {
     var retryPolicy = RetryPolicy.default
     var retryScheduler: any RetryScheduler = DispatchRetryScheduler()
     var logHandler: RetryLogHandler?
+    var driver: (any RetryingOperationDriver)?
+    /// The first attempt is passed `isRetry: true` (a restored operation).
+    var resumesAsRetry = false
+    /// A due retry waits for the driver to admit it.
+    var isAwaitingAdmission = false
     var outcomeWaiters: [CheckedContinuation<RetryingOperation.Outcome, Never>] = []
 }
 
@@ -93,16 +98,17 @@ extension RetryingOperation {
         }
 
         if !isRetry { willChangeValue(forKey: "isExecuting") }
-        let (attempt, retries) = machine.withLock { state in
+        let (attempt, retries, passesRetry, driver) = machine.withLock { state in
             if isRetry && counted { state.numberOfRetries += 1 }
             state.numberOfAttempts += 1
             state.phase = .running(hasEnded: false)
-            return (state.numberOfAttempts, state.numberOfRetries)
+            return (state.numberOfAttempts, state.numberOfRetries, isRetry || state.resumesAsRetry, state.driver)
         }
         if !isRetry { didChangeValue(forKey: "isExecuting") }
 
         log(.debug, "starting attempt \(attempt) (\(retries) counted retries so far)")
-        startBaseOperation(isRetry: isRetry)
+        driver?.operationWillStartAttempt(self, AttemptInfo(attempt: attempt, numberOfRetries: retries, isRetry: passesRetry))
+        startBaseOperation(isRetry: passesRetry)
 
         if !isAsynchronous && machine.withLock({ $0.phase.isRunningAttempt }) {
             log(.error, "synchronous attempt \(attempt) returned without calling baseOperationEnded; the operation fails")
@@ -161,10 +167,18 @@ extension RetryingOperation {
                 helpers = [TimerRetryHelper(retryDelay: delay, retryingOperation: self)]
                 log(.info, "attempt failed\(error.map { " with \($0)" } ?? ""); retrying in \(delay) s\(counted ? "" : " (uncounted retry)")")
             }
-            machine.withLock { state in
+            let (driver, attempts) = machine.withLock { state in
                 state.waitGeneration &+= 1
                 state.phase = .waiting(generation: state.waitGeneration, counted: counted)
+                return (state.driver, state.numberOfAttempts)
             }
+            driver?.operationWillWait(self, WaitInfo(
+                isCounted: counted,
+                numberOfRetriesOnRetry: retries + (counted ? 1 : 0),
+                numberOfAttempts: attempts,
+                delay: Self.shortestTimerDelay(of: helpers),
+                errorDescription: error.map { String(describing: $0) }
+            ))
             install(helpers)
         }
     }
@@ -180,32 +194,67 @@ extension RetryingOperation {
     func timerFired(forWait generation: UInt64) {
         callouts.run {
             let isCurrentWait = self.machine.withLock { state -> Bool in
-                if case .waiting(generation, _) = state.phase { return true }
+                if case .waiting(generation, _) = state.phase { return !state.isAwaitingAdmission }
                 return false
             }
             guard isCurrentWait else { return }
-            self.tearDownHelpers()
-            self.beginAttempt(isRetry: true)
+            self.startDueRetry()
+        }
+    }
+
+    /// Ends the current wait: starts the retry, or asks the driver to admit it. A job of
+    /// `callouts`, in the `waiting` phase.
+    private func startDueRetry() {
+        tearDownHelpers()
+        let driver: (any RetryingOperationDriver)? = machine.withLock { state in
+            guard let driver = state.driver else { return nil }
+            state.isAwaitingAdmission = true
+            return driver
+        }
+        guard let driver else {
+            beginAttempt(isRetry: true)
+            return
+        }
+        driver.operationRequestsAttempt(self) {
+            self.callouts.run {
+                self.machine.withLock { $0.isAwaitingAdmission = false }
+                self.beginAttempt(isRetry: true)
+            }
         }
     }
 
     /// `retryNow()` / `retry(in:)` / `retry(withHelpers:)`. A job of `callouts`.
     func applyRequestedRetry(_ helpers: [RetryHelper]?) {
-        let phase = machine.withLock { $0.phase }
+        let (phase, isAwaitingAdmission) = machine.withLock { ($0.phase, $0.isAwaitingAdmission) }
         guard case .waiting = phase else {
             log(.warning, "a retry was requested while the operation was not waiting for one (\(phase.logDescription)); ignored")
             return
         }
-        tearDownHelpers()
+        guard !isAwaitingAdmission else {
+            log(.info, "a retry was requested while the next attempt was already due; ignored")
+            return
+        }
         if let helpers {
-            machine.withLock { state in
-                guard case .waiting(_, let counted) = state.phase else { return }
+            tearDownHelpers()
+            let wait = machine.withLock { state -> (any RetryingOperationDriver, WaitInfo)? in
+                guard case .waiting(_, let counted) = state.phase else { return nil }
                 state.waitGeneration &+= 1
                 state.phase = .waiting(generation: state.waitGeneration, counted: counted)
+                guard let driver = state.driver else { return nil }
+                return (driver, WaitInfo(
+                    isCounted: counted,
+                    numberOfRetriesOnRetry: state.numberOfRetries + (counted ? 1 : 0),
+                    numberOfAttempts: state.numberOfAttempts,
+                    delay: Self.shortestTimerDelay(of: helpers),
+                    errorDescription: nil
+                ))
+            }
+            if let (driver, info) = wait {
+                driver.operationWillWait(self, info)
             }
             install(helpers)
         } else {
-            beginAttempt(isRetry: true)
+            startDueRetry()
         }
     }
 
@@ -250,13 +299,14 @@ extension RetryingOperation {
 
         if wasExecuting { willChangeValue(forKey: "isExecuting") }
         willChangeValue(forKey: "isFinished")
-        let waiters = machine.withLock { state in
+        let (waiters, driver) = machine.withLock { state in
             state.phase = .finished(outcome)
             defer { state.outcomeWaiters = [] }
-            return state.outcomeWaiters
+            return (state.outcomeWaiters, state.driver)
         }
         didChangeValue(forKey: "isFinished")
         if wasExecuting { didChangeValue(forKey: "isExecuting") }
+        driver?.operationDidFinish(self, outcome)
 
         log(.debug, "finished: \(outcome)")
         for waiter in waiters {

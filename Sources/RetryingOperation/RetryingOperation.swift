@@ -389,7 +389,7 @@ open class RetryingOperation: Operation, @unchecked Sendable {
             return
         }
         callouts.run { self.beginAttempt(isRetry: false) }
-        if !isAsynchronous && OperationQueue.current == nil && !isFinished {
+        if !isAsynchronous && OperationQueue.current == nil && driver == nil && !isFinished {
             // Started by hand: a synchronous operation is finished when start() returns.
             waitUntilFinished()
         }

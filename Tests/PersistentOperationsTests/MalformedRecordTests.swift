@@ -122,8 +122,15 @@ struct MalformedRecordTests {
             #expect(outcome.hasPrefix(expected), "\(entry.label) -> \(outcome)")
         }
         // And on disk, quarantine holds exactly the bad ones and pending exactly the rest
-        #expect(try directory.names(in: "quarantine") == names(.quarantined))
+        #expect(try store.quarantinedEntryNames() == names(.quarantined).sorted())
         #expect(try directory.names(in: "pending") == names(.loads).union(names(.skipped)))
+        // And each quarantined entry has its reason beside it, for the inspector
+        let reasons = try store.quarantinedEntries()
+        #expect(reasons.count == names(.quarantined).count)
+        for (name, reason) in reasons {
+            #expect(reason == report.quarantined.first { $0.name == name }?.reason)
+        }
+        #expect(try directory.names(in: "quarantine") == Set(names(.quarantined).flatMap { [$0, $0 + StoreLayout.reasonSuffix] }))
         // And a second load finds nothing new to quarantine
         let second = try store.loadPending()
         #expect(second.quarantined.isEmpty)

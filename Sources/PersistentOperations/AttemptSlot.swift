@@ -1,0 +1,52 @@
+import Foundation
+
+/// The placeholder a ``PersistentOperationQueue`` puts in its `OperationQueue` to run one
+/// attempt of a stored operation: it holds one slot of the queue (honouring
+/// `maxConcurrentOperationCount`, priority and suspension) from when it starts until the
+/// attempt ends, so waits between attempts hold no slot.
+final class AttemptSlot: Operation, @unchecked Sendable {
+    // @unchecked: `phase` is a `Locked`; `recordID` and `onStart` are set in `init` only.
+
+    private enum Phase { case waiting, executing, finished }
+
+    let recordID: String
+    private let onStart: @Sendable (AttemptSlot) -> Void
+    private let phase = Locked(Phase.waiting)
+
+    init(recordID: String, priority: Operation.QueuePriority, onStart: @escaping @Sendable (AttemptSlot) -> Void) {
+        self.recordID = recordID
+        self.onStart = onStart
+        super.init()
+        queuePriority = priority
+        name = "PersistentOperationQueue attempt \(recordID)"
+    }
+
+    override var isAsynchronous: Bool { true }
+    override var isExecuting: Bool { phase.withLock { $0 == .executing } }
+    override var isFinished: Bool { phase.withLock { $0 == .finished } }
+
+    override func start() {
+        guard phase.withLock({ $0 == .waiting }) else { return }
+        if isCancelled {
+            release()
+            return
+        }
+        willChangeValue(forKey: "isExecuting")
+        phase.withLock { $0 = .executing }
+        didChangeValue(forKey: "isExecuting")
+        onStart(self)
+    }
+
+    /// Frees the slot; later calls do nothing.
+    func release() {
+        let previous = phase.withLock { phase -> Phase in
+            defer { phase = .finished }
+            return phase
+        }
+        guard previous != .finished else { return }
+        if previous == .executing { willChangeValue(forKey: "isExecuting") }
+        willChangeValue(forKey: "isFinished")
+        didChangeValue(forKey: "isFinished")
+        if previous == .executing { didChangeValue(forKey: "isExecuting") }
+    }
+}

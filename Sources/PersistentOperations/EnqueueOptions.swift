@@ -1,0 +1,67 @@
+import Foundation
+
+/// How ``PersistentOperationQueue/addOperation(_:options:)`` stores and schedules an operation.
+///
+/// The operation's priority is its own `queuePriority`, saved with it.
+///
+/// ```swift
+/// var options = EnqueueOptions()
+/// options.notBefore = Date().addingTimeInterval(3600)        // not before an hour from now
+/// options.tags = ["uploads", "album:42"]                     // to query or cancel by tag
+/// options.uniqueKey = "sync-contacts"                        // at most one of these at a time
+/// options.ifUniqueKeyExists = .replaceExisting
+/// try queue.addOperation(SyncOperation(payload: sync), options: options)
+/// ```
+public struct EnqueueOptions: Sendable, Hashable {
+    /// What to do when a pending operation already has the same ``uniqueKey``.
+    public enum UniqueKeyPolicy: Sendable, Hashable {
+        /// Keep the existing operation and do not store the new one (the default).
+        case keepExisting
+        /// Cancel and remove the existing operation, then store the new one.
+        case replaceExisting
+    }
+
+    /// The first attempt starts no earlier than this date. Default: `nil` (as soon as possible).
+    ///
+    /// Until then the operation waits in the queue's timer, not in its `OperationQueue`.
+    public var notBefore: Date?
+    /// Labels for ``PersistentOperationQueue/operations(taggedWith:)`` and
+    /// ``PersistentOperationQueue/cancelOperations(taggedWith:)``. Default: none.
+    public var tags: Set<String>
+    /// A custom identifier of the work: at most one pending operation has a given key.
+    /// Default: `nil`.
+    public var uniqueKey: String?
+    /// What happens when ``uniqueKey`` is already taken. Default: ``UniqueKeyPolicy/keepExisting``.
+    public var ifUniqueKeyExists: UniqueKeyPolicy
+
+    /// Creates options; every parameter defaults to "no constraint".
+    public init(
+        notBefore: Date? = nil,
+        tags: Set<String> = [],
+        uniqueKey: String? = nil,
+        ifUniqueKeyExists: UniqueKeyPolicy = .keepExisting
+    ) {
+        self.notBefore = notBefore
+        self.tags = tags
+        self.uniqueKey = uniqueKey
+        self.ifUniqueKeyExists = ifUniqueKeyExists
+    }
+}
+
+/// What ``PersistentOperationQueue/addOperation(_:options:)`` did.
+public struct EnqueueResult: Sendable, Hashable {
+    /// What became of the operation passed in.
+    public enum Disposition: Sendable, Hashable {
+        /// Stored; it will run.
+        case added
+        /// Not stored: a pending operation with the same unique key was kept (it is ``id``).
+        case keptExisting
+        /// Stored, after cancelling and removing the pending operation with the same unique key.
+        case replaced(PersistentOperationID)
+    }
+
+    /// The identifier of the operation that now holds the work: the new one, or the kept one.
+    public var id: PersistentOperationID
+    /// What happened.
+    public var disposition: Disposition
+}

@@ -1,0 +1,58 @@
+import Foundation
+
+/// Delivers events in order, on a private serial queue, to a handler and to any number of
+/// `AsyncStream`s. Never runs a handler while a lock is held.
+final class EventHub: Sendable {
+    private struct Subscribers {
+        var handler: (@Sendable (PersistentOperationEvent) -> Void)?
+        var streams: [UInt64: AsyncStream<PersistentOperationEvent>.Continuation] = [:]
+        var nextKey: UInt64 = 0
+    }
+
+    private let delivery = DispatchQueue(label: "PersistentOperationQueue.events")
+    private let subscribers = Locked(Subscribers())
+
+    var handler: (@Sendable (PersistentOperationEvent) -> Void)? {
+        get { subscribers.withLock { $0.handler } }
+        set { subscribers.withLock { $0.handler = newValue } }
+    }
+
+    /// A new stream of every event emitted from now on.
+    func makeStream() -> AsyncStream<PersistentOperationEvent> {
+        let (stream, continuation) = AsyncStream.makeStream(of: PersistentOperationEvent.self)
+        let key = subscribers.withLock { subscribers in
+            subscribers.nextKey += 1
+            subscribers.streams[subscribers.nextKey] = continuation
+            return subscribers.nextKey
+        }
+        continuation.onTermination = { [weak self] _ in
+            _ = self?.subscribers.withLock { $0.streams.removeValue(forKey: key) }
+        }
+        return stream
+    }
+
+    func emit(_ event: PersistentOperationEvent) {
+        delivery.async {
+            let (handler, streams) = self.subscribers.withLock { ($0.handler, Array($0.streams.values)) }
+            handler?(event)
+            for stream in streams {
+                stream.yield(event)
+            }
+        }
+    }
+
+    /// Waits until every event emitted so far has been delivered.
+    func flush() {
+        delivery.sync {}
+    }
+
+    func finishStreams() {
+        let streams = subscribers.withLock { subscribers in
+            defer { subscribers.streams = [:] }
+            return Array(subscribers.streams.values)
+        }
+        delivery.async {
+            for stream in streams { stream.finish() }
+        }
+    }
+}

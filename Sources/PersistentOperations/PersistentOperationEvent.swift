@@ -1,0 +1,43 @@
+import Foundation
+
+/// A change of state of a ``PersistentOperationQueue`` or one of its operations.
+///
+/// Events arrive in the order they happened, on a private serial queue, through
+/// ``PersistentOperationQueue/events`` (an `AsyncStream`) and
+/// ``PersistentOperationQueue/eventHandler``.
+///
+/// ```swift
+/// for await event in queue.events {
+///     switch event {
+///     case .retryScheduled(let id, let isCounted, let retries, let date):
+///         print("\(id) retries \(isCounted ? "(retry \(retries))" : "(uncounted)") at \(date.map(String.init(describing:)) ?? "a condition")")
+///     case .failed(let id, let reason):
+///         print("\(id) failed for good: \(reason)")
+///     default:
+///         break
+///     }
+/// }
+/// ```
+public enum PersistentOperationEvent: Sendable, Hashable {
+    /// An operation was stored durably by `addOperation` (or re-queued from the failed area).
+    case enqueued(PersistentOperationID, typeIdentifier: String)
+    /// A stored operation was rebuilt by ``PersistentOperationQueue/restore()``.
+    case restored(PersistentOperationID, typeIdentifier: String)
+    /// An attempt started; `attempt` counts attempts across launches, from 1.
+    case started(PersistentOperationID, attempt: Int)
+    /// The record was updated and the operation waits for a retry. `nextAttemptAt` is `nil`
+    /// when a condition (a retry helper other than a timer) ends the wait.
+    case retryScheduled(PersistentOperationID, isCounted: Bool, numberOfRetries: Int, nextAttemptAt: Date?)
+    /// The operation succeeded; its record was removed.
+    case succeeded(PersistentOperationID)
+    /// The operation failed for good; its record was moved to the failed area.
+    case failed(PersistentOperationID, reason: String)
+    /// The operation was cancelled; its record was removed.
+    case cancelled(PersistentOperationID)
+    /// A stored entry could not be used and was moved to the quarantine area.
+    case quarantined(entryName: String, reason: String)
+    /// A stored record names a type that was never registered; it stays on disk untouched.
+    case unknownType(PersistentOperationID, typeIdentifier: String)
+    /// Saving a change failed; the operation goes on, and the previous record stays on disk.
+    case storeError(PersistentOperationID?, message: String)
+}

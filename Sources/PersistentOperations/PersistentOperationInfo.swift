@@ -1,0 +1,97 @@
+import Foundation
+
+/// A snapshot of one operation of a ``PersistentOperationQueue``.
+///
+/// ```swift
+/// for info in queue.operations(taggedWith: "uploads") where info.state == .waitingToRetry {
+///     print("\(info.id): retry \(info.numberOfRetries) at \(String(describing: info.nextAttemptAt))")
+/// }
+/// ```
+public struct PersistentOperationInfo: Sendable {
+    /// Where an operation is in its life.
+    public enum State: Sendable, Hashable {
+        /// Waiting for its not-before date (or, after a restore, its next-attempt date).
+        case scheduled
+        /// Due, and queued in the `OperationQueue` for a free slot.
+        case queued
+        /// An attempt is running.
+        case running
+        /// Between attempts, waiting for a retry.
+        case waitingToRetry
+    }
+
+    /// The identifier of the operation's record.
+    public var id: PersistentOperationID
+    /// The type's ``PersistentOperation/persistenceIdentifier``.
+    public var typeIdentifier: String
+    /// The live operation.
+    public var operation: Operation
+    /// Where the operation is in its life.
+    public var state: State
+    /// The tags it was added with.
+    public var tags: Set<String>
+    /// The unique key it was added with.
+    public var uniqueKey: String?
+    /// The saved priority (the operation's `queuePriority`).
+    public var priority: Operation.QueuePriority
+    /// When it was first added.
+    public var enqueuedAt: Date
+    /// The not-before date it was added with.
+    public var notBefore: Date?
+    /// Counted retries saved so far.
+    public var numberOfRetries: Int
+    /// Attempts started so far, across launches.
+    public var numberOfAttempts: Int
+    /// When the next attempt is due, while waiting on a timer.
+    public var nextAttemptAt: Date?
+}
+
+/// A record of the failed (dead-letter) area of a ``PersistentOperationQueue``.
+///
+/// ```swift
+/// for failed in try queue.failedOperations() {
+///     print("\(failed.id) \(failed.typeIdentifier): \(failed.reason)")
+/// }
+/// try queue.retryAllFailedOperations()
+/// ```
+public struct FailedOperationInfo: Sendable, Hashable {
+    /// The identifier of the record; the same it had while pending.
+    public var id: PersistentOperationID
+    /// The type's ``PersistentOperation/persistenceIdentifier``.
+    public var typeIdentifier: String
+    /// Why it failed: the error of a non-retriable failure, the retry limit, or repeated crashes.
+    public var reason: String
+    /// Counted retries made before it failed.
+    public var numberOfRetries: Int
+    /// Attempts made before it failed.
+    public var numberOfAttempts: Int
+    /// The tags it was added with.
+    public var tags: Set<String>
+    /// When it was first added.
+    public var enqueuedAt: Date
+}
+
+/// How many operations a ``PersistentOperationQueue`` holds, by state.
+///
+/// ```swift
+/// let counts = try queue.counts()
+/// badge.value = counts.pending
+/// ```
+public struct PersistentQueueCounts: Sendable, Hashable {
+    /// Operations not finished: ``scheduled`` + ``queued`` + ``running`` + ``waitingToRetry``.
+    public var pending: Int { scheduled + queued + running + waitingToRetry }
+    /// Waiting for their not-before or next-attempt date.
+    public var scheduled = 0
+    /// Due and waiting for a slot in the `OperationQueue`.
+    public var queued = 0
+    /// Running an attempt.
+    public var running = 0
+    /// Between attempts.
+    public var waitingToRetry = 0
+    /// Records in the failed area.
+    public var failed = 0
+    /// Entries in the quarantine area.
+    public var quarantined = 0
+    /// Pending records of unregistered types, kept on disk.
+    public var unknownType = 0
+}

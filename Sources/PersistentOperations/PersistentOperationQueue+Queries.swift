@@ -1,0 +1,257 @@
+import Foundation
+
+extension PersistentOperationQueue {
+    // MARK: - Queries
+
+    /// The identifier under which `operation` was stored, while the queue tracks it.
+    ///
+    /// ```swift
+    /// try queue.addOperation(upload)
+    /// let id = queue.identifier(of: upload)!
+    /// ```
+    public func identifier(of operation: Operation) -> PersistentOperationID? {
+        state.withLock { $0.idsByOperation[ObjectIdentifier(operation)] }.map(PersistentOperationID.init(record:))
+    }
+
+    /// Every unfinished operation, in run order (priority, then enqueue order).
+    ///
+    /// ```swift
+    /// for info in queue.operations() { print(info.id, info.state) }
+    /// ```
+    public func operations() -> [PersistentOperationInfo] {
+        snapshot { _ in true }
+    }
+
+    /// The unfinished operation with identifier `id`, if any.
+    ///
+    /// ```swift
+    /// if let info = queue.operation(withID: id), info.state == .waitingToRetry { … }
+    /// ```
+    public func operation(withID id: PersistentOperationID) -> PersistentOperationInfo? {
+        snapshot { $0.record.id == id.rawValue }.first
+    }
+
+    /// The unfinished operation added with unique key `key`, if any.
+    ///
+    /// ```swift
+    /// let sync = queue.operation(withUniqueKey: "nightly-sync")
+    /// ```
+    public func operation(withUniqueKey key: String) -> PersistentOperationInfo? {
+        snapshot { $0.record.uniqueKey == key }.first
+    }
+
+    /// The unfinished operations carrying `tag`, in run order.
+    ///
+    /// ```swift
+    /// let albumUploads = queue.operations(taggedWith: "album:42")
+    /// ```
+    public func operations(taggedWith tag: String) -> [PersistentOperationInfo] {
+        snapshot { $0.record.tags.contains(tag) }
+    }
+
+    /// The unfinished operations of type `type`, in run order.
+    ///
+    /// ```swift
+    /// let uploads = queue.operations(ofType: UploadOperation.self)
+    /// ```
+    public func operations<Op: PersistentOperation>(ofType type: Op.Type) -> [PersistentOperationInfo] {
+        snapshot { $0.record.typeIdentifier == Op.persistenceIdentifier }
+    }
+
+    /// Pending records of types that were never registered: kept on disk, never run.
+    public var unknownTypeRecords: [UnknownTypeRecord] {
+        state.withLock { Array($0.unknownTypeRecords.values) }.sorted { $0.id.rawValue < $1.id.rawValue }
+    }
+
+    /// How many operations the queue holds, by state, and how many records sit in the
+    /// failed and quarantine areas.
+    ///
+    /// ```swift
+    /// let counts = try queue.counts()
+    /// print("\(counts.pending) pending, \(counts.failed) failed")
+    /// ```
+    ///
+    /// - Throws: ``PersistenceError`` when an area directory cannot be listed.
+    public func counts() throws -> PersistentQueueCounts {
+        var counts = PersistentQueueCounts()
+        state.withLock { state in
+            for entry in state.entries.values {
+                switch entry.phase {
+                case .scheduled: counts.scheduled += 1
+                case .queued: if entry.pendingAdmission == nil { counts.queued += 1 } else { counts.waitingToRetry += 1 }
+                case .running: counts.running += 1
+                case .waitingToRetry: counts.waitingToRetry += 1
+                }
+            }
+            counts.unknownType = state.unknownTypeRecords.count
+        }
+        counts.failed = try store.listArea(.failed).filter { StoreLayout.recordIdentifier(fromFileName: $0) != nil }.count
+        counts.quarantined = try store.quarantinedEntryNames().count
+        return counts
+    }
+
+    private func snapshot(where isIncluded: (Entry) -> Bool) -> [PersistentOperationInfo] {
+        let entries = state.withLock { $0.entries.values.filter(isIncluded) }
+        return entries
+            .sorted { OperationRecord.runsBefore($0.record, $1.record) }
+            .map { entry in
+                let record = entry.record
+                let state: PersistentOperationInfo.State
+                switch entry.phase {
+                case .scheduled: state = .scheduled
+                case .queued: state = entry.pendingAdmission == nil ? .queued : .waitingToRetry
+                case .running: state = .running
+                case .waitingToRetry: state = .waitingToRetry
+                }
+                return PersistentOperationInfo(
+                    id: PersistentOperationID(record: record.id),
+                    typeIdentifier: record.typeIdentifier,
+                    operation: entry.operation,
+                    state: state,
+                    tags: Set(record.tags),
+                    uniqueKey: record.uniqueKey,
+                    priority: Operation.QueuePriority(rawValue: record.priority) ?? .normal,
+                    enqueuedAt: record.enqueuedAt,
+                    notBefore: record.notBefore,
+                    numberOfRetries: record.numberOfRetries,
+                    numberOfAttempts: record.numberOfAttempts,
+                    nextAttemptAt: record.nextAttemptAt
+                )
+            }
+    }
+
+    // MARK: - Cancelling
+
+    /// Cancels the operation with identifier `id`; its record is removed once it finishes.
+    /// Returns whether the queue had such an operation.
+    ///
+    /// An operation waiting for a retry or a not-before date finishes at once; a running
+    /// attempt is asked to stop (``RetryingOperation/cancelBaseOperation()``).
+    ///
+    /// ```swift
+    /// queue.cancelOperation(withID: id)
+    /// ```
+    @discardableResult
+    public func cancelOperation(withID id: PersistentOperationID) -> Bool {
+        cancelAll { $0.record.id == id.rawValue } > 0
+    }
+
+    /// Cancels every operation carrying `tag` and returns how many there were.
+    ///
+    /// ```swift
+    /// queue.cancelOperations(taggedWith: "album:42")
+    /// ```
+    @discardableResult
+    public func cancelOperations(taggedWith tag: String) -> Int {
+        cancelAll { $0.record.tags.contains(tag) }
+    }
+
+    /// Cancels every operation of type `type` and returns how many there were.
+    ///
+    /// ```swift
+    /// queue.cancelOperations(ofType: UploadOperation.self)
+    /// ```
+    @discardableResult
+    public func cancelOperations<Op: PersistentOperation>(ofType type: Op.Type) -> Int {
+        cancelAll { $0.record.typeIdentifier == Op.persistenceIdentifier }
+    }
+
+    /// Cancels every operation of the queue.
+    ///
+    /// ```swift
+    /// queue.cancelAllOperations()
+    /// ```
+    public func cancelAllOperations() {
+        cancelAll { _ in true }
+    }
+
+    @discardableResult
+    private func cancelAll(where isIncluded: (Entry) -> Bool) -> Int {
+        let ids = state.withLock { $0.entries.values.filter(isIncluded).map(\.record.id) }
+        for id in ids {
+            cancel(id)
+        }
+        return ids.count
+    }
+
+    // MARK: - Failed area
+
+    /// The records of the failed (dead-letter) area, oldest first. Unreadable entries found
+    /// there are quarantined.
+    ///
+    /// ```swift
+    /// for failed in try queue.failedOperations() { print(failed.id, failed.reason) }
+    /// ```
+    public func failedOperations() throws -> [FailedOperationInfo] {
+        try store.loadFailed().records.map { record in
+            FailedOperationInfo(
+                id: PersistentOperationID(record: record.id),
+                typeIdentifier: record.typeIdentifier,
+                reason: record.failureReason ?? "unknown",
+                numberOfRetries: record.numberOfRetries,
+                numberOfAttempts: record.numberOfAttempts,
+                tags: Set(record.tags),
+                enqueuedAt: record.enqueuedAt
+            )
+        }
+    }
+
+    /// Moves a failed record back to the pending area with a fresh retry budget and
+    /// schedules it.
+    ///
+    /// ```swift
+    /// try queue.retryFailedOperation(withID: failed.id)
+    /// ```
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound`` when there is no such failed
+    ///   record, and write errors.
+    public func retryFailedOperation(withID id: PersistentOperationID) throws {
+        try checkOpen()
+        let record = try store.requeueFailed(id: id.rawValue)
+        schedule(requeued: [record])
+    }
+
+    /// Moves every failed record back to the pending area with a fresh retry budget,
+    /// schedules them, and returns their identifiers in run order.
+    ///
+    /// ```swift
+    /// let requeued = try queue.retryAllFailedOperations()
+    /// ```
+    @discardableResult
+    public func retryAllFailedOperations() throws -> [PersistentOperationID] {
+        try checkOpen()
+        let records = try store.requeueAllFailed()
+        schedule(requeued: records)
+        return records.map { PersistentOperationID(record: $0.id) }
+    }
+
+    /// Deletes a failed record for good.
+    ///
+    /// ```swift
+    /// try queue.purgeFailedOperation(withID: failed.id)
+    /// ```
+    public func purgeFailedOperation(withID id: PersistentOperationID) throws {
+        try checkOpen()
+        try store.purgeFailed(id: id.rawValue)
+    }
+
+    /// Deletes every failed record and returns how many there were.
+    ///
+    /// ```swift
+    /// try queue.purgeAllFailedOperations()
+    /// ```
+    @discardableResult
+    public func purgeAllFailedOperations() throws -> Int {
+        try checkOpen()
+        return try store.purgeAllFailed()
+    }
+
+    private func schedule(requeued records: [OperationRecord]) {
+        var report = RestoreReport()
+        for record in records {
+            guard let operation = rebuild(record, report: &report) else { continue }
+            hub.emit(.enqueued(PersistentOperationID(record: record.id), typeIdentifier: record.typeIdentifier))
+            track(operation, record: record, attemptsInFlight: 0)
+        }
+    }
+}

@@ -1,0 +1,137 @@
+import Foundation
+
+extension PersistentOperationQueue {
+    /// Re-adds every operation an earlier run left pending, and reports what could not be.
+    ///
+    /// Each readable record is rebuilt through the type registered for its
+    /// ``PersistentOperation/persistenceIdentifier`` (never from a class name) and scheduled
+    /// in priority, then enqueue, order. A ``RetryingOperation`` continues its retry count,
+    /// is told `isRetry: true` if it had made an attempt, and waits for its saved
+    /// next-attempt date. An attempt that was running when the process died runs again.
+    ///
+    /// Nothing in the store can crash the process or stop the other records from running:
+    /// - corrupt, truncated, oversized or non-file entries, and records whose payload does
+    ///   not decode, are moved to the quarantine area (``RestoreReport/quarantined``);
+    /// - records of unregistered types are left on disk untouched (``RestoreReport/unknownTypes``);
+    /// - an operation whose attempt was running during ``Configuration/crashLoopLimit``
+    ///   consecutive crashes is moved to the failed area (``RestoreReport/movedToFailedAfterCrashes``).
+    ///
+    /// Records already tracked (added in this run, or restored before) are skipped, so a
+    /// second call restores nothing twice.
+    ///
+    /// ```swift
+    /// queue.register(UploadOperation.self)
+    /// let report = try queue.restore()
+    /// print("resumed \(report.restored.count) operations, quarantined \(report.quarantined.count)")
+    /// ```
+    ///
+    /// - Throws: ``PersistenceError`` when the pending directory cannot be listed, or a bad
+    ///   entry cannot be moved to the quarantine area.
+    @discardableResult
+    public func restore() throws -> RestoreReport {
+        try checkOpen()
+        let loaded = try store.loadPending()
+        let markers = store.attemptsInFlight()
+        var report = RestoreReport()
+
+        for entry in loaded.quarantined {
+            let name = entry.quarantineName ?? entry.name
+            report.quarantined.append(RestoreReport.Entry(name: name, reason: entry.reason))
+            hub.emit(.quarantined(entryName: name, reason: entry.reason))
+        }
+        for entry in loaded.skipped {
+            report.newerFormatVersions.append(RestoreReport.Entry(name: entry.name, reason: entry.reason))
+        }
+
+        let (tracked, newestByKey) = state.withLock { state in
+            var newest: [String: UInt64] = [:]
+            for entry in state.entries.values {
+                if let key = entry.record.uniqueKey { newest[key] = max(newest[key] ?? 0, entry.record.enqueueSequence) }
+            }
+            return (Set(state.entries.keys), newest)
+        }
+        var newest = newestByKey
+        for record in loaded.records {
+            if let key = record.uniqueKey { newest[key] = max(newest[key] ?? 0, record.enqueueSequence) }
+        }
+
+        for record in loaded.records where !tracked.contains(record.id) {
+            let id = PersistentOperationID(record: record.id)
+            if let key = record.uniqueKey, let newestSequence = newest[key], newestSequence != record.enqueueSequence {
+                // A replacement that a crash interrupted: the newer record wins.
+                do {
+                    try store.removePending(id: record.id)
+                    store.clearAttemptsInFlight(forRecord: record.id)
+                    report.removedAsReplaced.append(id)
+                } catch {
+                    reportStoreError(record.id, "could not remove a record replaced by a newer one with the same unique key: \(error)")
+                }
+                continue
+            }
+            let inFlight = markers[record.id] ?? 0
+            if inFlight >= configuration.crashLoopLimit {
+                let reason = "an attempt was running during \(inFlight) consecutive crashes (crash-loop limit \(configuration.crashLoopLimit))"
+                do {
+                    var failed = record
+                    failed.attemptsInFlight = inFlight
+                    _ = try store.moveToFailed(failed, reason: reason)
+                    store.clearAttemptsInFlight(forRecord: record.id)
+                    report.movedToFailedAfterCrashes.append(id)
+                    hub.emit(.failed(id, reason: reason))
+                } catch {
+                    reportStoreError(record.id, "could not move a crash-looping record to the failed area; it was not run: \(error)")
+                }
+                continue
+            }
+            switch rebuild(record, report: &report) {
+            case .some(let operation):
+                if let retrying = operation as? RetryingOperation {
+                    let attempts = record.numberOfAttempts + inFlight
+                    retrying.restoreProgress(RetryingOperation.RestoredProgress(
+                        numberOfRetries: record.numberOfRetries,
+                        numberOfAttempts: attempts,
+                        resumesAsRetry: attempts > 0
+                    ))
+                }
+                report.restored.append(id)
+                hub.emit(.restored(id, typeIdentifier: record.typeIdentifier))
+                track(operation, record: record, attemptsInFlight: inFlight)
+            case .none:
+                continue
+            }
+        }
+        log(.info, "restored \(report.restored.count) operations; \(report.quarantined.count) quarantined, \(report.unknownTypes.count) of unknown types, \(report.movedToFailedAfterCrashes.count) moved to failed after crashes")
+        return report
+    }
+
+    /// Builds the operation of a readable pending record, or records why it cannot be:
+    /// an unknown type (left untouched) or a payload that does not decode (quarantined).
+    func rebuild(_ record: OperationRecord, report: inout RestoreReport) -> Operation? {
+        let id = PersistentOperationID(record: record.id)
+        guard let type = state.withLock({ $0.registry[record.typeIdentifier] }) else {
+            let unknown = UnknownTypeRecord(id: id, typeIdentifier: record.typeIdentifier)
+            state.withLock { $0.unknownTypeRecords[record.id] = unknown }
+            report.unknownTypes.append(unknown)
+            hub.emit(.unknownType(id, typeIdentifier: record.typeIdentifier))
+            return nil
+        }
+        let operation: Operation
+        do {
+            operation = try type.makeOperation(record.payload)
+        } catch {
+            let reason = "the payload does not decode as \"\(record.typeIdentifier)\": \(error)"
+            do {
+                let name = try store.quarantinePending(id: record.id, reason: reason)
+                store.clearAttemptsInFlight(forRecord: record.id)
+                report.quarantined.append(RestoreReport.Entry(name: name, reason: reason))
+                hub.emit(.quarantined(entryName: name, reason: reason))
+            } catch {
+                reportStoreError(record.id, "could not quarantine a record whose payload does not decode; it was not run: \(error)")
+            }
+            return nil
+        }
+        operation.queuePriority = Operation.QueuePriority(rawValue: record.priority) ?? .normal
+        state.withLock { _ = $0.unknownTypeRecords.removeValue(forKey: record.id) }
+        return operation
+    }
+}

@@ -1,0 +1,321 @@
+import Foundation
+
+/// An operation queue whose pending operations survive a crash or a kill: each one is saved
+/// as a property-list file before ``addOperation(_:)`` returns, and ``restore()`` re-adds
+/// them on the next launch.
+///
+/// ```swift
+/// let queue = try PersistentOperationQueue(directory: appSupport.appendingPathComponent("uploads"))
+/// queue.register(UploadOperation.self)
+/// let report = try queue.restore()            // resumes what the last run left pending
+/// try queue.addOperation(UploadOperation(payload: Upload(file: photo, attempt: 0)))
+/// ```
+///
+/// **How operations run.** Attempts run in ``operationQueue`` (its
+/// `maxConcurrentOperationCount`, `isSuspended` and the operations' `queuePriority` apply),
+/// but the stored operations themselves are not added to it: the queue adds a placeholder
+/// that holds a slot for the length of one attempt. A ``RetryingOperation`` waiting for a
+/// retry, and an operation whose not-before date is in the future, hold no slot and are not
+/// parked in the `OperationQueue`; they wait in the queue's single timer. Dependencies
+/// between stored operations are not saved: express order with priorities.
+///
+/// **Lifecycle on disk.** Success or cancellation removes the record. Before a retry wait
+/// starts the record is rewritten with the retry count and the next-attempt date. A
+/// non-retriable failure (or the retry limit) moves the record to the failed area, from
+/// which ``retryFailedOperation(withID:)`` and ``retryAllFailedOperations()`` re-queue it.
+///
+/// **Guarantees.** Execution is at least once: an attempt running when the process dies
+/// runs again after ``restore()``; an operation that completed never runs again after a
+/// process crash (after a power cut, one that completed in the last moments may). See
+/// <doc:ResumingAfterACrash>.
+///
+/// One process at a time may open a store directory: a second one gets
+/// ``PersistenceError/Code/locked``. The lock is released by the OS when the holder dies.
+///
+/// Thread safety: every method may be called from any thread. Events, operations' code and
+/// KVO notifications never run while the queue holds its lock.
+public final class PersistentOperationQueue: @unchecked Sendable {
+    // @unchecked: mutable state lives in `state` (a `Locked`) and `finishedCondition`'s
+    // counters; `store`, `timer`, `events` and `configuration` are immutable references.
+
+    struct RegisteredType: Sendable {
+        var makeOperation: @Sendable (Data) throws -> Operation
+    }
+
+    struct State: Sendable {
+        var registry: [String: RegisteredType] = [:]
+        var entries: [String: Entry] = [:]
+        var idsByOperation: [ObjectIdentifier: String] = [:]
+        var unknownTypeRecords: [String: UnknownTypeRecord] = [:]
+        var isClosed = false
+        var emptyWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    /// The queue the attempts run in.
+    public let operationQueue: OperationQueue
+    /// The settings the queue was created with.
+    public let configuration: Configuration
+    /// The store directory.
+    public let directory: URL
+
+    let store: RecordStore
+    let timer: DueTimer
+    let hub = EventHub()
+    let state = Locked(State())
+    /// Serialises adds that carry a unique key, so two cannot both see the key free.
+    let uniqueKeyLock = NSLock()
+    /// Signalled whenever an operation leaves the queue.
+    let finishedCondition = NSCondition()
+
+    /// Opens (creating it if needed, mode 0700) the store at `directory` and takes its lock.
+    ///
+    /// Register your operation types, then call ``restore()`` to resume what an earlier
+    /// run left pending.
+    ///
+    /// ```swift
+    /// let queue = try PersistentOperationQueue(directory: storeURL, operationQueue: uploads)
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - directory: The store directory, used by this queue only.
+    ///   - operationQueue: The queue attempts run in. Default: a new `OperationQueue`.
+    /// - Throws: ``PersistenceError`` with ``PersistenceError/Code/locked`` when another
+    ///   process (or another open queue in this process) holds the directory, or
+    ///   ``PersistenceError/Code/directoryUnavailable`` when it cannot be created.
+    public convenience init(directory: URL, operationQueue: OperationQueue = OperationQueue()) throws {
+        try self.init(directory: directory, operationQueue: operationQueue, configuration: Configuration())
+    }
+
+    /// Opens the store at `directory` with custom settings (see ``init(directory:operationQueue:)``).
+    ///
+    /// ```swift
+    /// let queue = try PersistentOperationQueue(
+    ///     directory: storeURL, operationQueue: OperationQueue(),
+    ///     configuration: .init(crashLoopLimit: 5))
+    /// ```
+    public init(directory: URL, operationQueue: OperationQueue, configuration: Configuration) throws {
+        self.directory = directory
+        self.operationQueue = operationQueue
+        self.configuration = configuration
+        self.store = try RecordStore(
+            directory: directory,
+            configuration: RecordStore.Configuration(
+                maximumRecordSize: configuration.maximumRecordSize,
+                fileSystem: configuration.fileSystem
+            )
+        )
+        self.timer = DueTimer(base: configuration.scheduler)
+    }
+
+    deinit {
+        hub.finishStreams()
+    }
+
+    // MARK: - Types
+
+    /// Registers an operation type so that ``restore()`` and re-queued failed records can
+    /// rebuild it from its ``PersistentOperation/persistenceIdentifier``.
+    ///
+    /// Register every type before calling ``restore()``; registering the same identifier
+    /// again replaces the earlier registration.
+    ///
+    /// ```swift
+    /// queue.register(UploadOperation.self)
+    /// queue.register(SyncOperation.self)
+    /// ```
+    public func register<Op: PersistentOperation>(_ type: Op.Type) {
+        let registered = RegisteredType { data in
+            Op(payload: try RecordFormat.decodePayload(Op.Payload.self, from: data))
+        }
+        state.withLock { $0.registry[Op.persistenceIdentifier] = registered }
+    }
+
+    // MARK: - Adding
+
+    /// Stores `operation` durably, then schedules it.
+    ///
+    /// When this returns, the record is on disk (file synced, renamed into place, directory
+    /// synced) and survives a crash; concurrent adds share directory syncs. Nothing runs
+    /// before its record is durable.
+    ///
+    /// ```swift
+    /// try queue.addOperation(UploadOperation(payload: upload))
+    /// ```
+    ///
+    /// - Throws: ``PersistenceError``: ``PersistenceError/Code/unknownType`` when the type
+    ///   was not registered, ``PersistenceError/Code/payloadNotEncodable`` /
+    ///   ``PersistenceError/Code/payloadDoesNotRoundTrip`` / ``PersistenceError/Code/recordTooLarge``
+    ///   when the payload cannot be stored exactly, ``PersistenceError/Code/writeFailed`` /
+    ///   ``PersistenceError/Code/directoryUnavailable`` when the disk fails. After an error
+    ///   nothing was stored and the operation will not run.
+    public func addOperation<Op: PersistentOperation>(_ operation: Op) throws {
+        _ = try addOperation(operation, options: EnqueueOptions())
+    }
+
+    /// Stores `operation` durably with a not-before date, tags or a unique key, then
+    /// schedules it. See ``addOperation(_:)``.
+    ///
+    /// ```swift
+    /// let result = try queue.addOperation(
+    ///     SyncOperation(payload: sync),
+    ///     options: EnqueueOptions(notBefore: tonight, tags: ["sync"], uniqueKey: "nightly-sync"))
+    /// if result.disposition == .keptExisting { print("already scheduled as \(result.id)") }
+    /// ```
+    @discardableResult
+    public func addOperation<Op: PersistentOperation>(_ operation: Op, options: EnqueueOptions) throws -> EnqueueResult {
+        precondition(
+            !operation.isExecuting && !operation.isFinished && identifier(of: operation) == nil,
+            "An operation can be added to a PersistentOperationQueue only once, before it starts"
+        )
+        let typeIdentifier = Op.persistenceIdentifier
+        guard state.withLock({ $0.registry[typeIdentifier] != nil }) else {
+            throw PersistenceError(
+                .unknownType,
+                "\(Op.self) (\"\(typeIdentifier)\") is not registered; call register(\(Op.self).self) before adding it, so that it can be restored."
+            )
+        }
+        try checkOpen()
+        let payload = try RecordFormat.encodePayload(operation.payload)
+
+        guard let uniqueKey = options.uniqueKey else {
+            let id = try store(operation, payload: payload, options: options)
+            return EnqueueResult(id: id, disposition: .added)
+        }
+        uniqueKeyLock.lock()
+        defer { uniqueKeyLock.unlock() }
+        let existing = state.withLock { state in
+            state.entries.first { $0.value.record.uniqueKey == uniqueKey }?.key
+        }
+        guard let existing else {
+            let id = try store(operation, payload: payload, options: options)
+            return EnqueueResult(id: id, disposition: .added)
+        }
+        switch options.ifUniqueKeyExists {
+        case .keepExisting:
+            return EnqueueResult(id: PersistentOperationID(record: existing), disposition: .keptExisting)
+        case .replaceExisting:
+            // The new record is durable before the old one is cancelled: a crash in between
+            // leaves both, and restore keeps only the newer.
+            let id = try store(operation, payload: payload, options: options)
+            cancel(existing)
+            return EnqueueResult(id: id, disposition: .replaced(PersistentOperationID(record: existing)))
+        }
+    }
+
+    /// Writes the record and starts tracking the operation.
+    private func store<Op: PersistentOperation>(_ operation: Op, payload: Data, options: EnqueueOptions) throws -> PersistentOperationID {
+        let record = OperationRecord(
+            typeIdentifier: Op.persistenceIdentifier,
+            payload: payload,
+            priority: operation.queuePriority.rawValue,
+            enqueueSequence: store.nextEnqueueSequence(),
+            enqueuedAt: timer.now,
+            notBefore: options.notBefore,
+            tags: options.tags.sorted(),
+            uniqueKey: options.uniqueKey
+        )
+        try store.add(record)
+        hub.emit(.enqueued(PersistentOperationID(record: record.id), typeIdentifier: record.typeIdentifier))
+        track(operation, record: record, attemptsInFlight: 0)
+        return PersistentOperationID(record: record.id)
+    }
+
+    // MARK: - Waiting
+
+    /// Blocks until every operation of the queue has finished and its record has been
+    /// removed or moved, including operations waiting for a retry or a not-before date.
+    ///
+    /// Records of unregistered types never run and are not waited for. From async code,
+    /// use ``allOperationsFinished()``.
+    ///
+    /// ```swift
+    /// try queue.addOperation(UploadOperation(payload: upload))
+    /// queue.waitUntilAllOperationsAreFinished()
+    /// ```
+    @available(*, noasync, message: "Use `await allOperationsFinished()` from async code")
+    public func waitUntilAllOperationsAreFinished() {
+        finishedCondition.lock()
+        defer { finishedCondition.unlock() }
+        while state.withLock({ !$0.entries.isEmpty }) {
+            finishedCondition.wait()
+        }
+    }
+
+    /// Waits, without blocking a thread, until every operation has finished (see
+    /// ``waitUntilAllOperationsAreFinished()``).
+    ///
+    /// ```swift
+    /// await queue.allOperationsFinished()
+    /// ```
+    public func allOperationsFinished() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let isEmpty = state.withLock { state -> Bool in
+                guard state.entries.isEmpty else {
+                    state.emptyWaiters.append(continuation)
+                    return false
+                }
+                return true
+            }
+            if isEmpty { continuation.resume() }
+        }
+    }
+
+    // MARK: - Control
+
+    /// Whether due operations wait instead of starting. Attempts already running go on;
+    /// timers keep counting, and what becomes due starts once resumed.
+    ///
+    /// It is the ``operationQueue``'s `isSuspended`.
+    ///
+    /// ```swift
+    /// queue.isSuspended = !network.isReachable
+    /// ```
+    public var isSuspended: Bool {
+        get { operationQueue.isSuspended }
+        set { operationQueue.isSuspended = newValue }
+    }
+
+    /// Called with every event, in order, on a private serial queue.
+    ///
+    /// ```swift
+    /// queue.eventHandler = { event in logger.debug("\(event)") }
+    /// ```
+    public var eventHandler: (@Sendable (PersistentOperationEvent) -> Void)? {
+        get { hub.handler }
+        set { hub.handler = newValue }
+    }
+
+    /// A new stream of every event from now on, in order. Subscribe before ``restore()`` to
+    /// see its events. The stream ends when the queue is deallocated.
+    ///
+    /// ```swift
+    /// Task { for await event in queue.events { print(event) } }
+    /// ```
+    public var events: AsyncStream<PersistentOperationEvent> {
+        hub.makeStream()
+    }
+
+    /// Stops starting operations and releases the store directory's lock, so another
+    /// queue may open it. Attempts already running go on, but their outcome is no longer
+    /// saved: their records stay pending and run again after the next ``restore()``.
+    ///
+    /// ```swift
+    /// queue.close()
+    /// ```
+    public func close() {
+        state.withLock { $0.isClosed = true }
+        store.close()
+        hub.flush()
+    }
+
+    func checkOpen() throws {
+        if state.withLock({ $0.isClosed }) {
+            throw PersistenceError(.storeNotWritable, "The queue has been closed.", fileURL: directory)
+        }
+    }
+
+    func log(_ level: RetryLogHandler.Level, _ text: @autoclosure () -> String) {
+        guard let handler = configuration.logHandler, level >= handler.minimumLevel else { return }
+        handler.handle(RetryLogHandler.Message(level: level, text: text(), operationDescription: "PersistentOperationQueue"))
+    }
+}

@@ -1,0 +1,87 @@
+import Foundation
+
+/// Something that runs a ``RetryingOperation`` from outside an `OperationQueue` slot and
+/// wants to know about its life: the persistent queue, which saves each retry before the wait
+/// starts and admits each retry attempt into a bounded queue only when it is due.
+///
+/// Every method is called synchronously on the operation's callout thread, never while the
+/// operation holds its lock, so an implementation may block briefly (to write a file) and may
+/// call back into the operation.
+package protocol RetryingOperationDriver: AnyObject, Sendable {
+    /// An attempt is about to start; ``RetryingOperation/startBaseOperation(isRetry:)`` runs
+    /// when this returns.
+    func operationWillStartAttempt(_ operation: RetryingOperation, _ attempt: RetryingOperation.AttemptInfo)
+
+    /// The operation is about to wait for a retry; its helpers are set up when this returns.
+    /// Also called when `retry(in:)` / `retry(withHelpers:)` replace a wait.
+    func operationWillWait(_ operation: RetryingOperation, _ wait: RetryingOperation.WaitInfo)
+
+    /// A retry is due. The attempt starts only once `admit` is called, from any thread; until
+    /// then the operation stays waiting (a cancel still finishes it at once).
+    func operationRequestsAttempt(_ operation: RetryingOperation, admit: @escaping @Sendable () -> Void)
+
+    /// The operation finished; its `isFinished` is already `true`.
+    func operationDidFinish(_ operation: RetryingOperation, _ outcome: RetryingOperation.Outcome)
+}
+
+extension RetryingOperation {
+    /// An attempt about to start, as told to a ``RetryingOperationDriver``.
+    package struct AttemptInfo: Sendable {
+        /// 1 for the first attempt ever made, counting attempts made before a restore.
+        package var attempt: Int
+        /// Counted retries so far, including this attempt when it is a counted retry.
+        package var numberOfRetries: Int
+        /// The value passed to `startBaseOperation(isRetry:)`.
+        package var isRetry: Bool
+    }
+
+    /// A wait about to start, as told to a ``RetryingOperationDriver``.
+    package struct WaitInfo: Sendable {
+        /// Whether the retry will count toward the retry limit.
+        package var isCounted: Bool
+        /// What ``RetryingOperation/numberOfRetries`` will be during the next attempt.
+        package var numberOfRetriesOnRetry: Int
+        /// Attempts made so far.
+        package var numberOfAttempts: Int
+        /// The shortest timer among the wait's helpers; `nil` when only other helpers (a
+        /// condition such as "network is back") end the wait.
+        package var delay: TimeInterval?
+        /// The error the attempt ended with, if it reported one.
+        package var errorDescription: String?
+    }
+
+    /// Progress carried over from an earlier run of the same work (a restored record).
+    package struct RestoredProgress: Sendable {
+        package var numberOfRetries: Int
+        package var numberOfAttempts: Int
+        /// The first attempt of this instance is passed `isRetry: true`.
+        package var resumesAsRetry: Bool
+
+        package init(numberOfRetries: Int, numberOfAttempts: Int, resumesAsRetry: Bool) {
+            self.numberOfRetries = numberOfRetries
+            self.numberOfAttempts = numberOfAttempts
+            self.resumesAsRetry = resumesAsRetry
+        }
+    }
+
+    /// The driver told about this operation's life; set before the operation starts.
+    package var driver: (any RetryingOperationDriver)? {
+        get { machine.withLock { $0.driver } }
+        set { machine.withLock { $0.driver = newValue } }
+    }
+
+    /// Continues the retry count and attempt count of an earlier run. Call before `start()`.
+    package func restoreProgress(_ progress: RestoredProgress) {
+        machine.withLock { state in
+            precondition(!state.hasStarted, "restoreProgress(_:) must be called before the operation starts")
+            state.numberOfRetries = progress.numberOfRetries
+            state.numberOfAttempts = progress.numberOfAttempts
+            state.resumesAsRetry = progress.resumesAsRetry
+        }
+    }
+
+    /// The shortest timer delay among `helpers`, if any is a ``TimerRetryHelper``.
+    static func shortestTimerDelay(of helpers: [RetryHelper]) -> TimeInterval? {
+        helpers.compactMap { ($0 as? TimerRetryHelper)?.retryDelay }.min()
+    }
+}
