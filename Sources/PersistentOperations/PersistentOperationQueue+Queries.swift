@@ -197,7 +197,8 @@ extension PersistentOperationQueue {
     }
 
     /// Moves a failed record back to the pending area with a fresh retry budget and
-    /// schedules it.
+    /// schedules it. A ``RetryingOperation`` that had made attempts is started with
+    /// `isRetry: true`.
     ///
     /// ```swift
     /// try queue.retryFailedOperation(withID: failed.id)
@@ -250,6 +251,11 @@ extension PersistentOperationQueue {
         var report = RestoreReport()
         for record in records {
             guard let operation = rebuild(record, report: &report) else { continue }
+            if let retrying = operation as? RetryingOperation {
+                retrying.restoreProgress(RetryingOperation.RestoredProgress(
+                    numberOfRetries: 0, numberOfAttempts: record.numberOfAttempts, resumesAsRetry: record.numberOfAttempts > 0
+                ))
+            }
             hub.emit(.enqueued(PersistentOperationID(record: record.id), typeIdentifier: record.typeIdentifier))
             track(operation, record: record, attemptsInFlight: 0)
         }

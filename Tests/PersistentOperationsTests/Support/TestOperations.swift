@@ -1,0 +1,149 @@
+import Foundation
+@testable import PersistentOperations
+
+/// What each test's operations did, keyed by the test's journal name (tests run in parallel).
+enum Journal {
+    private static let entries = Locked<[String: [String]]>([:])
+
+    static func record(_ journal: String, _ line: String) {
+        entries.withLock { $0[journal, default: []].append(line) }
+    }
+
+    static func lines(_ journal: String) -> [String] {
+        entries.withLock { $0[journal] ?? [] }
+    }
+}
+
+/// How each attempt of a ``ScriptedUpload`` ends, by attempt number (the last step repeats).
+enum UploadStep: String, Codable, Sendable {
+    case succeed
+    /// Counted retry after the payload's delay.
+    case retry
+    /// Uncounted retry after the payload's delay.
+    case retryUncounted
+    /// Non-retriable failure.
+    case fail
+    /// Ends only when cancelled (cancelBaseOperation ends it).
+    case hang
+}
+
+struct UploadPayload: Codable, Sendable, Equatable {
+    var name: String
+    var journal: String
+    var steps: [UploadStep] = [.succeed]
+    var retryDelay: TimeInterval = 10
+}
+
+struct UploadFailed: Error, CustomStringConvertible {
+    var description: String { "the server refused the upload" }
+}
+
+/// An asynchronous retrying operation that follows its payload's script and journals each
+/// attempt as "NAME#ATTEMPT retry=BOOL retries=N".
+final class ScriptedUpload: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "test.scripted-upload"
+    let payload: UploadPayload
+
+    init(payload: UploadPayload) {
+        self.payload = payload
+        super.init()
+    }
+
+    override var isAsynchronous: Bool { true }
+
+    override func startBaseOperation(isRetry: Bool) {
+        let attempt = numberOfAttempts
+        Journal.record(payload.journal, "\(payload.name)#\(attempt) retry=\(isRetry) retries=\(numberOfRetries ?? -1)")
+        let step = payload.steps[min(attempt - 1, payload.steps.count - 1)]
+        DispatchQueue.global().async { [self] in
+            switch step {
+            case .succeed: baseOperationEnded()
+            case .retry: baseOperationEnded(needsRetryIn: payload.retryDelay, countsTowardRetryLimit: true)
+            case .retryUncounted: baseOperationEnded(needsRetryIn: payload.retryDelay, countsTowardRetryLimit: false)
+            case .fail: baseOperationEnded(failingWith: UploadFailed())
+            case .hang: break
+            }
+        }
+    }
+
+    override func cancelBaseOperation() {
+        baseOperationEnded(failingWith: CancellationError())
+    }
+}
+
+/// A plain synchronous `Operation` (not a `RetryingOperation`) that journals its run.
+final class PlainNote: Operation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "test.plain-note"
+    let payload: UploadPayload
+
+    init(payload: UploadPayload) {
+        self.payload = payload
+        super.init()
+    }
+
+    override func main() {
+        guard !isCancelled else { return }
+        Journal.record(payload.journal, "\(payload.name) ran")
+    }
+}
+
+/// A type registered under an identifier whose payload has a different shape.
+final class OtherShape: Operation, PersistentOperation, @unchecked Sendable {
+    struct Payload: Codable, Sendable { var count: Int }
+    static let persistenceIdentifier = ScriptedUpload.persistenceIdentifier
+    let payload: Payload
+    init(payload: Payload) { self.payload = payload }
+}
+
+/// A queue over a fresh temporary store, with a manual clock and an event log.
+struct QueueFixture {
+    let directory: TemporaryDirectory
+    let clock = ManualRetryScheduler()
+    let journal = UUID().uuidString
+    let events = Locked<[PersistentOperationEvent]>([])
+    let queue: PersistentOperationQueue
+
+    init(maxConcurrent: Int = 1, suspended: Bool = false, directory: TemporaryDirectory? = nil,
+         crashLoopLimit: Int = 3, fileSystem: FileSystem = .system) throws {
+        self.directory = try directory ?? TemporaryDirectory()
+        queue = try Self.open(self.directory, clock: clock, maxConcurrent: maxConcurrent, suspended: suspended,
+                              crashLoopLimit: crashLoopLimit, fileSystem: fileSystem, events: events)
+    }
+
+    static func open(
+        _ directory: TemporaryDirectory, clock: ManualRetryScheduler, maxConcurrent: Int = 1, suspended: Bool = false,
+        crashLoopLimit: Int = 3, fileSystem: FileSystem = .system, events: Locked<[PersistentOperationEvent]>
+    ) throws -> PersistentOperationQueue {
+        let operationQueue = OperationQueue()
+        operationQueue.maxConcurrentOperationCount = maxConcurrent
+        operationQueue.isSuspended = suspended
+        var configuration = PersistentOperationQueue.Configuration(crashLoopLimit: crashLoopLimit, scheduler: clock)
+        configuration.fileSystem = fileSystem
+        let queue = try PersistentOperationQueue(directory: directory.store, operationQueue: operationQueue, configuration: configuration)
+        queue.eventHandler = { event in events.withLock { $0.append(event) } }
+        queue.register(ScriptedUpload.self)
+        queue.register(PlainNote.self)
+        return queue
+    }
+
+    func upload(_ name: String, _ steps: [UploadStep] = [.succeed], retryDelay: TimeInterval = 10) -> ScriptedUpload {
+        ScriptedUpload(payload: UploadPayload(name: name, journal: journal, steps: steps, retryDelay: retryDelay))
+    }
+
+    var lines: [String] { Journal.lines(journal) }
+
+    /// Every event delivered so far.
+    func deliveredEvents() -> [PersistentOperationEvent] {
+        queue.hub.flush()
+        return events.withLock { $0 }
+    }
+
+    /// The pending records on disk, read by an independent read-only store.
+    func pendingRecords() throws -> [OperationRecord] {
+        try RecordStore(directory: directory.store, access: .readOnly).loadPending().records
+    }
+
+    func failedRecords() throws -> [OperationRecord] {
+        try RecordStore(directory: directory.store, access: .readOnly).loadFailed().records
+    }
+}
