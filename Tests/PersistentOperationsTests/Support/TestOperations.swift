@@ -99,12 +99,13 @@ final class OtherShape: Operation, PersistentOperation, @unchecked Sendable {
 struct QueueFixture {
     let directory: TemporaryDirectory
     let clock = ManualRetryScheduler()
-    let journal = UUID().uuidString
+    let journal: String
     let events = Locked<[PersistentOperationEvent]>([])
     let queue: PersistentOperationQueue
 
     init(maxConcurrent: Int = 1, suspended: Bool = false, directory: TemporaryDirectory? = nil,
-         crashLoopLimit: Int = 3, fileSystem: FileSystem = .system) throws {
+         crashLoopLimit: Int = 3, fileSystem: FileSystem = .system, journal: String = UUID().uuidString) throws {
+        self.journal = journal
         self.directory = try directory ?? TemporaryDirectory()
         queue = try Self.open(self.directory, clock: clock, maxConcurrent: maxConcurrent, suspended: suspended,
                               crashLoopLimit: crashLoopLimit, fileSystem: fileSystem, events: events)
