@@ -31,13 +31,14 @@ extension PersistentOperationQueue {
         snapshot { $0.record.id == id.rawValue }.first
     }
 
-    /// The unfinished operation added with unique key `key`, if any.
+    /// The unfinished operation added with unique key `key`, if any (a cancelled or replaced
+    /// one no longer holds its key).
     ///
     /// ```swift
     /// let sync = queue.operation(withUniqueKey: "nightly-sync")
     /// ```
     public func operation(withUniqueKey key: String) -> PersistentOperationInfo? {
-        snapshot { $0.record.uniqueKey == key }.first
+        snapshot { !$0.isCancelRequested && $0.record.uniqueKey == key }.first
     }
 
     /// The unfinished operations carrying `tag`, in run order.

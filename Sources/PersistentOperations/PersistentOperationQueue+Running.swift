@@ -32,6 +32,8 @@ extension PersistentOperationQueue {
         var phase: Phase = .scheduled(nil)
         var hasStarted = false
         var attemptsInFlight: Int
+        /// Cancelled (or replaced) and about to finish: it no longer holds its unique key.
+        var isCancelRequested = false
         /// The call that starts a due retry attempt, once its slot starts.
         var pendingAdmission: (@Sendable () -> Void)?
     }
@@ -251,6 +253,7 @@ extension PersistentOperationQueue {
         let target = state.withLock { state -> (operation: Operation, token: (any ScheduledRetry)?, slot: AttemptSlot?, startsNow: Bool)? in
             guard var entry = state.entries[id] else { return nil }
             defer { state.entries[id] = entry }
+            entry.isCancelRequested = true
             switch entry.phase {
             case .scheduled(let token) where !entry.hasStarted:
                 entry.hasStarted = true

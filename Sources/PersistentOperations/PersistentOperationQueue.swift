@@ -184,7 +184,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         uniqueKeyLock.lock()
         defer { uniqueKeyLock.unlock() }
         let existing = state.withLock { state in
-            state.entries.first { $0.value.record.uniqueKey == uniqueKey }?.key
+            state.entries.first { !$0.value.isCancelRequested && $0.value.record.uniqueKey == uniqueKey }?.key
         }
         guard let existing else {
             let id = try store(operation, payload: payload, options: options)

@@ -148,3 +148,11 @@ struct QueueFixture {
         try RecordStore(directory: directory.store, access: .readOnly).loadFailed().records
     }
 }
+
+extension RetryingOperation {
+    /// Whether the operation finished cancelled.
+    var finishedCancelled: Bool {
+        if case .cancelled? = outcome { return true }
+        return false
+    }
+}
