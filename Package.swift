@@ -7,10 +7,12 @@ let package = Package(
     products: [
         .library(name: "RetryingOperation", targets: ["RetryingOperation"]),
         .library(name: "PersistentOperations", targets: ["PersistentOperations"]),
+        .executable(name: "crash-demo", targets: ["CrashDemo"]),
     ],
     targets: [
         .target(name: "RetryingOperation"),
         .target(name: "PersistentOperations", dependencies: ["RetryingOperation"]),
+        .executableTarget(name: "CrashDemo", dependencies: ["PersistentOperations"]),
         .testTarget(name: "RetryingOperationTests", dependencies: ["RetryingOperation"]),
         .testTarget(
             name: "PersistentOperationsTests",

@@ -1,0 +1,47 @@
+import Foundation
+import PersistentOperations
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// crash-demo: the crash-and-resume demo (no arguments), and the child "app" processes that
+// the demo and the crash tests kill and relaunch.
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+
+func option(_ name: String, in arguments: [String] = arguments) -> String? {
+    guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return nil }
+    return arguments[index + 1]
+}
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("crash-demo: \(message)\n".utf8))
+    exit(2)
+}
+
+do {
+    switch arguments.first {
+    case "app":
+        guard let store = option("--store"), let effects = option("--effects"), let count = option("--count").flatMap(Int.init) else {
+            fail("usage: crash-demo app --store DIR --effects FILE --count N [--crash-loop-limit K] [--crasher] [--attempt-ms MS]")
+        }
+        var app = AppCommand(store: URL(fileURLWithPath: store), effects: effects, count: count)
+        if let limit = option("--crash-loop-limit").flatMap(Int.init) { app.crashLoopLimit = limit }
+        if let milliseconds = option("--attempt-ms").flatMap(Int.init) { app.attemptMilliseconds = milliseconds }
+        app.addsCrasher = arguments.contains("--crasher")
+        try app.run()
+    case "hold":
+        // Opens the store, says so, and keeps it open until killed (the two-process lock test).
+        guard let store = option("--store") else { fail("usage: crash-demo hold --store DIR") }
+        let queue = try PersistentOperationQueue(directory: URL(fileURLWithPath: store))
+        FileHandle.standardOutput.write(Data("holding \(queue.directory.path)\n".utf8))
+        while true { sleep(60) }
+    default:
+        try DemoCommand(arguments: arguments).run()
+    }
+} catch {
+    fail("\(error)")
+}

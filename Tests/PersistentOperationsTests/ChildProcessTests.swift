@@ -1,0 +1,157 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Real processes: a child app is SIGKILLed at random moments and relaunched; two processes
+/// contend for one store.
+@Suite("Child processes", .timeLimit(.minutes(3)), .serialized)
+struct ChildProcessTests {
+    @Test func killedAtRandomMomentsAndRelaunchedTheAppLosesNothingAndRepeatsNothingCompleted() async throws {
+        // Given a child app adding 30 uploads that succeed, retry (counted and uncounted) or
+        // fail for good, killed with SIGKILL at random moments over 12 launches
+        let directory = try TemporaryDirectory()
+        let store = directory.store.path
+        let effects = directory.url.appendingPathComponent("effects.txt").path
+        let count = 30
+        let kills = 12
+        let arguments = ["app", "--store", store, "--effects", effects, "--count", "\(count)", "--crash-loop-limit", "1000"]
+        try await onDedicatedThread {
+            var random = SeededGenerator(seed: 0xC0FFEE)
+            for _ in 0..<kills {
+                let app = try ChildApp.launch(arguments)
+                usleep(UInt32.random(in: 30_000...350_000, using: &random))
+                kill(app.processIdentifier, SIGKILL)
+                app.waitUntilExit()
+            }
+            // When it is finally left to run to the end
+            let last = try ChildApp.launch(arguments)
+            try ChildApp.waitForExit(last, timeout: 60)
+            guard last.terminationStatus == 0 else { throw ChildAppError("the last launch exited with \(last.terminationStatus)") }
+        }
+        let journal = try EffectsJournal(path: effects)
+        let failedIndices = try RecordStore(directory: directory.store, access: .readOnly).loadFailed().records
+            .map { try RecordFormat.decodePayload(DemoUploadJob.self, from: $0.payload).index }
+        let summary = try Self.verify(journal, count: count, failedIndices: failedIndices)
+        print("crash test: \(journal.launches) launches (\(kills) killed), \(summary)")
+        // And the store is clean: nothing pending, no temporary file, and it opens
+        #expect(try directory.names(in: "pending").isEmpty)
+        #expect(try !directory.names(in: "failed").contains(where: StoreLayout.isTemporaryFileName))
+        _ = try RecordStore(directory: directory.store)
+    }
+
+    /// Checks the at-least-once contract on a journal; returns the tally.
+    static func verify(_ journal: EffectsJournal, count: Int, failedIndices: [Int]) throws -> String {
+        #expect(journal.lines.last == ["finished"])
+        let acknowledged = Set(journal.indices("ack"))
+        let done = journal.indices("done")
+        let refused = Set((0..<count).filter { $0 % 6 == 5 })
+        // Every operation was acknowledged (the last launch adds what earlier ones did not)
+        #expect(acknowledged.union(done).union(failedIndices) == Set(0..<count))
+        // Every acknowledged operation completed, or failed for good and sits in the failed area
+        var lost: [Int] = []
+        for index in 0..<count where acknowledged.contains(index) {
+            if refused.contains(index) {
+                #expect(failedIndices.contains(index), "operation \(index) should be in the failed area")
+                #expect(!done.contains(index))
+            } else if !done.contains(index) {
+                lost.append(index)
+            }
+        }
+        #expect(lost.isEmpty, "lost: \(lost)")
+        #expect(Set(failedIndices) == refused)
+        // No operation started again once its record was removed; retry and attempt counts
+        // never went backwards; a second completion only across a kill
+        let indexByID = journal.indexByID
+        var removed = Set<Int>()
+        var lastRetries: [Int: Int] = [:]
+        var lastAttempt: [Int: Int] = [:]
+        var completedInLaunch: [Int: Int] = [:]
+        var launch = 0
+        var ranTwice = Set<Int>()
+        for words in journal.lines {
+            switch words.first {
+            case "launch":
+                launch += 1
+            case "removed":
+                if let index = indexByID[words[1]] { removed.insert(index) }
+            case "start":
+                guard let index = Int(words[1]) else { continue }
+                #expect(!removed.contains(index), "operation \(index) started after its record was removed")
+                let retries = words.compactMap { journal.value($0, "retries") }.first ?? -1
+                let attempt = words.compactMap { journal.value($0, "attempt") }.first ?? -1
+                #expect(retries >= lastRetries[index, default: 0], "retry count of \(index) went backwards")
+                #expect(attempt > lastAttempt[index, default: 0], "attempt number of \(index) did not increase")
+                lastRetries[index] = retries
+                lastAttempt[index] = attempt
+            case "done":
+                guard let index = Int(words[1]) else { continue }
+                if let earlier = completedInLaunch[index] {
+                    #expect(earlier < launch, "operation \(index) completed twice in one launch")
+                    ranTwice.insert(index)
+                }
+                completedInLaunch[index] = launch
+            default:
+                break
+            }
+        }
+        return "\(acknowledged.count) acknowledged, \(Set(done).count) completed, \(failedIndices.count) failed, \(lost.count) lost, \(ranTwice.count) ran twice (in flight at a kill)"
+    }
+
+    @Test func anOperationThatKillsItsProcessEveryAttemptIsMovedToFailedAfterThreeCrashes() async throws {
+        // Given an app whose one operation SIGKILLs the process on every attempt
+        let directory = try TemporaryDirectory()
+        let effects = directory.url.appendingPathComponent("effects.txt").path
+        let arguments = ["app", "--store", directory.store.path, "--effects", effects, "--count", "0", "--crasher"]
+        let statuses = try await onDedicatedThread { () -> [String] in
+            var statuses: [String] = []
+            for _ in 0..<4 {
+                let app = try ChildApp.launch(arguments)
+                try ChildApp.waitForExit(app, timeout: 30)
+                statuses.append(app.terminationReason == .uncaughtSignal ? "killed" : "exit \(app.terminationStatus)")
+            }
+            return statuses
+        }
+        // Then three launches die, and the fourth moves it to the failed area and finishes
+        #expect(statuses == ["killed", "killed", "killed", "exit 0"])
+        let journal = try EffectsJournal(path: effects)
+        #expect(journal.indices("start").count == 3)
+        let failed = try RecordStore(directory: directory.store, access: .readOnly).loadFailed().records
+        #expect(failed.count == 1)
+        #expect(failed.first?.failureReason?.contains("3 consecutive crashes") == true)
+        #expect(try directory.names(in: "pending").isEmpty)
+    }
+
+    @Test func aSecondProcessGetsLockedUntilTheHolderIsKilled() async throws {
+        // Given another process holding the store
+        let directory = try TemporaryDirectory()
+        let pipe = Pipe()
+        let holder = try ChildApp.launch(["hold", "--store", directory.store.path], output: pipe.fileHandleForWriting)
+        let line = try await onDedicatedThread { () -> String in
+            var bytes = Data()
+            while !bytes.contains(UInt8(ascii: "\n")) {
+                let chunk = pipe.fileHandleForReading.availableData
+                if chunk.isEmpty { break }
+                bytes.append(chunk)
+            }
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        #expect(line.hasPrefix("holding"))
+        // When this process opens it, it gets a clear `locked` error
+        #expect {
+            _ = try PersistentOperationQueue(directory: directory.store)
+        } throws: { error in
+            guard let error = error as? PersistenceError else { return false }
+            return error.code == .locked && error.message.contains("\(holder.processIdentifier)")
+        }
+        // And once the holder is SIGKILLed, the OS has released its lock
+        kill(holder.processIdentifier, SIGKILL)
+        _ = try await onDedicatedThread { () -> Bool in holder.waitUntilExit(); return true }
+        _ = try PersistentOperationQueue(directory: directory.store)
+    }
+}

@@ -1,0 +1,101 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The `crash-demo` executable built beside the test bundle, run as a child process.
+enum ChildApp {
+    static var executable: URL {
+        get throws {
+            var candidates = [URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()]
+            candidates.append(Bundle.main.bundleURL)
+            candidates.append(Bundle.main.bundleURL.deletingLastPathComponent())
+            for directory in candidates {
+                let url = directory.appendingPathComponent("crash-demo")
+                if FileManager.default.isExecutableFile(atPath: url.path) { return url }
+            }
+            throw ChildAppError("crash-demo was not found beside the test bundle (looked in \(candidates.map(\.path))); build the package first")
+        }
+    }
+
+    /// Starts `crash-demo` with `arguments`; its output goes to `output` (or is discarded).
+    static func launch(_ arguments: [String], output: FileHandle? = nil) throws -> Process {
+        let process = Process()
+        process.executableURL = try executable
+        process.arguments = arguments
+        process.standardOutput = output ?? FileHandle.nullDevice
+        process.standardError = output ?? FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
+    /// Waits up to `timeout` seconds for `process` to exit; kills it and throws if it does not.
+    static func waitForExit(_ process: Process, timeout: TimeInterval) throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning {
+            guard Date() < deadline else {
+                kill(process.processIdentifier, SIGKILL)
+                process.waitUntilExit()
+                throw ChildAppError("crash-demo did not exit within \(timeout) s")
+            }
+            usleep(5_000)
+        }
+        process.waitUntilExit()
+    }
+}
+
+struct ChildAppError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// The payload of the demo's uploads, as the tests read it from the failed area.
+struct DemoUploadJob: Codable {
+    var index: Int
+    var behaviour: String
+    var attemptMilliseconds: Int
+}
+
+/// The effects journal a child app wrote, and the checks of the at-least-once contract.
+struct EffectsJournal {
+    let lines: [[Substring]]
+
+    init(path: String) throws {
+        lines = try String(contentsOfFile: path, encoding: .utf8)
+            .split(separator: "\n").map { $0.split(separator: " ") }
+    }
+
+    func value(_ word: Substring, _ key: String) -> Int? {
+        word.hasPrefix(key + "=") ? Int(word.dropFirst(key.count + 1)) : nil
+    }
+
+    /// Operation index by record identifier, from `ack` and `restored` lines.
+    var indexByID: [Substring: Int] {
+        var map: [Substring: Int] = [:]
+        for words in lines where (words.first == "ack" || words.first == "restored") && words.count == 3 {
+            map[words[2].dropFirst(3)] = Int(words[1])
+        }
+        return map
+    }
+
+    func indices(_ kind: Substring) -> [Int] {
+        lines.filter { $0.first == kind && $0.count >= 2 }.compactMap { Int($0[1]) }
+    }
+
+    var launches: Int { lines.filter { $0.first == "launch" }.count }
+}
+
+/// Runs blocking work (waiting for child processes) on its own thread and returns its
+/// result, so the cooperative thread pool is never blocked.
+func onDedicatedThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread {
+            continuation.resume(with: Result { try body() })
+        }
+    }
+}
