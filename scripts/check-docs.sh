@@ -6,8 +6,9 @@
 #
 #   scripts/check-docs.sh [--scratch-path DIR]
 #
-# DIR (default .build-docs, git-ignored) holds the symbol-graph build and the archives
-# (DIR/docs/MODULE.doccarchive). A new catalog is picked up without changes here.
+# DIR (default .build-docs, git-ignored) holds the build, the symbol graphs and the archives
+# (DIR/docs/MODULE.doccarchive). A new catalog is picked up without changes here; set DOCC
+# to use another docc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,24 +17,27 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --scratch-path) scratch=$2; shift 2 ;;
         --scratch-path=*) scratch=${1#*=}; shift ;;
-        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
 
-# docc ships with the toolchain: next to `swift` on Linux, through xcrun with Xcode.
-if [ -n "${DOCC:-}" ]; then
-    docc=("$DOCC")
-elif command -v docc >/dev/null 2>&1; then
-    docc=(docc)
-elif [ -x "$(dirname "$(readlink -f "$(command -v swift)")")/docc" ]; then
-    docc=("$(dirname "$(readlink -f "$(command -v swift)")")/docc")
-elif command -v xcrun >/dev/null 2>&1 && xcrun --find docc >/dev/null 2>&1; then
-    docc=(xcrun docc)
-else
-    echo "error: docc not found; it comes with the Swift toolchain (or set DOCC=/path/to/docc)" >&2
-    exit 1
-fi
+# Tools of the toolchain: on PATH, next to `swift`, or through xcrun (Xcode).
+toolchain_bin=$(dirname "$(readlink -f "$(command -v swift)")")
+find_tool() {
+    if command -v "$1" >/dev/null 2>&1; then
+        command -v "$1"
+    elif [ -x "$toolchain_bin/$1" ]; then
+        echo "$toolchain_bin/$1"
+    elif command -v xcrun >/dev/null 2>&1 && xcrun --find "$1" 2>/dev/null; then
+        :
+    else
+        echo "error: $1 not found; it comes with the Swift toolchain" >&2
+        return 1
+    fi
+}
+docc=${DOCC:-$(find_tool docc)}
+extract=$(find_tool swift-symbolgraph-extract)
 
 shopt -s nullglob
 catalogs=(Sources/*/*.docc)
@@ -42,33 +46,37 @@ if [ ${#catalogs[@]} -eq 0 ]; then
     exit 1
 fi
 
-# Symbol graphs straight from the compiler: `swift package dump-symbol-graph` also extracts
-# the synthesized test modules, and fails on them with this toolchain. A build directory of
-# its own keeps these flags from invalidating other builds.
+# Symbol graphs as SwiftPM's documentation tooling makes them: build, then extract each
+# documented module's public symbols — without those it re-exports, which its own catalog
+# does not document. (`swift package dump-symbol-graph` does the same, but also extracts
+# the synthesized test modules and fails on them with this toolchain.) A build directory of
+# its own keeps other builds' flags from forcing rebuilds.
 build="$scratch/docs/build"
-graphs="$build/symbol-graphs"
-mkdir -p "$graphs"
-echo "==> Symbol graphs"
-swift build --scratch-path "$build" \
-    -Xswiftc -emit-symbol-graph -Xswiftc -emit-symbol-graph-dir -Xswiftc "$(cd "$graphs" && pwd)"
+echo "==> Build"
+swift build --scratch-path "$build"
+bin=$(swift build --scratch-path "$build" --show-bin-path)
+triple=$(swift -print-target-info | python3 -c 'import json, sys; print(json.load(sys.stdin)["target"]["triple"])')
+sdk=()
+if [ "$(uname)" = Darwin ]; then
+    sdk=(-sdk "$(xcrun --show-sdk-path)")
+fi
 
 for catalog in "${catalogs[@]}"; do
     module=$(basename "$(dirname "$catalog")")
     echo "==> $catalog"
-    if [ ! -f "$graphs/$module.symbols.json" ]; then
-        echo "error: no symbol graph for module $module; is $catalog in its module's folder? (if so, delete $build and retry)" >&2
+    graphs="$scratch/docs/$module.symbol-graphs"
+    rm -rf "$graphs"
+    mkdir -p "$graphs"
+    if ! "$extract" -module-name "$module" -target "$triple" ${sdk[@]+"${sdk[@]}"} \
+        -I "$bin/Modules" -I "$bin" -module-cache-path "$bin/ModuleCache" \
+        -minimum-access-level public -output-dir "$graphs"; then
+        echo "error: no symbol graph for module $module; a catalog belongs in its module's folder, Sources/MODULE/" >&2
         exit 1
     fi
-    # The module's graph and its extensions of other modules' types, and nothing else: a
-    # catalog documents exactly one module.
-    input="$scratch/docs/$module.symbol-graphs"
-    rm -rf "$input"
-    mkdir -p "$input"
-    cp "$graphs/$module.symbols.json" "$graphs/$module"@*.symbols.json "$input/"
     archive="$scratch/docs/$module.doccarchive"
     rm -rf "$archive"
-    "${docc[@]}" convert "$catalog" \
-        --additional-symbol-graph-dir "$input" \
+    "$docc" convert "$catalog" \
+        --additional-symbol-graph-dir "$graphs" \
         --output-path "$archive" \
         --fallback-display-name "$module" \
         --fallback-bundle-identifier "$module" \
