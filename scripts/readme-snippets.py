@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Keeps the README's code samples identical to compiled sources.
+"""Keeps the code samples of the README and the DocC articles identical to compiled sources.
 
-A sample in README.md sits between `<!-- snippet: NAME -->` and `<!-- end snippet -->`.
-Its source is the region between `// snippet: NAME` and `// end snippet` in a file under
-Tests/ (compiled and run by `swift test`). `--check` fails if any sample differs;
-without it, the README is rewritten from the sources.
+A sample in README.md or in a DocC catalog (Sources/*/*.docc) sits between
+`<!-- snippet: NAME -->` and `<!-- end snippet -->`. Its source is the region between
+`// snippet: NAME` and `// end snippet` in a file under Tests/ (compiled and run by
+`swift test`). `--check` fails if any sample differs; without it, the documents are
+rewritten from the sources.
 """
 import pathlib
 import re
@@ -19,22 +20,30 @@ for path in sorted((root / "Tests").rglob("*.swift")):
     for match in re.finditer(r"^[ \t]*// snippet: (\S+)\n(.*?)^[ \t]*// end snippet", path.read_text(), re.M | re.S):
         sources[match.group(1)] = textwrap.dedent(match.group(2)).rstrip("\n")
 
-readme = readme_path.read_text()
-pattern = re.compile(r"(<!-- snippet: (\S+) -->\n```swift\n)(.*?)(\n```\n<!-- end snippet -->)", re.S)
+documents = [readme_path] + sorted((root / "Sources").glob("*/*.docc/**/*.md"))
+# A sample never reaches into the next one, even when it is empty or broken.
+pattern = re.compile(r"(<!-- snippet: (\S+) -->\n```swift\n)((?:(?!<!-- (?:end )?snippet).)*?)(\n```\n<!-- end snippet -->)", re.S)
 problems = []
+updates = {}
+count = 0
 
-def replace(match):
-    name = match.group(2)
-    if name not in sources:
-        problems.append(f"README snippet '{name}' has no source region '// snippet: {name}' under Tests/")
-        return match.group(0)
-    if match.group(3) != sources[name]:
-        problems.append(f"README snippet '{name}' differs from its compiled source")
-    return match.group(1) + sources[name] + match.group(4)
+for document in documents:
+    name = document.relative_to(root)
+    text = document.read_text()
 
-updated = pattern.sub(replace, readme)
-if not pattern.search(readme):
-    problems.append("README.md has no snippets")
+    def replace(match):
+        snippet = match.group(2)
+        if snippet not in sources:
+            problems.append(f"{name}: snippet '{snippet}' has no source region '// snippet: {snippet}' under Tests/")
+            return match.group(0)
+        if match.group(3) != sources[snippet]:
+            problems.append(f"{name}: snippet '{snippet}' differs from its compiled source")
+        return match.group(1) + sources[snippet] + match.group(4)
+
+    updates[document] = pattern.sub(replace, text)
+    count += len(pattern.findall(text))
+    if document == readme_path and not pattern.search(text):
+        problems.append("README.md has no snippets")
 
 if "--check" in sys.argv:
     for problem in problems:
@@ -42,7 +51,9 @@ if "--check" in sys.argv:
     if problems:
         print("run: python3 scripts/readme-snippets.py", file=sys.stderr)
         sys.exit(1)
-    print(f"{len(pattern.findall(readme))} README snippets match their sources")
+    print(f"{count} snippets in README.md and DocC articles match their sources")
 else:
-    readme_path.write_text(updated)
-    print("README.md updated")
+    for document, text in updates.items():
+        if text != document.read_text():
+            document.write_text(text)
+            print(f"{document.relative_to(root)} updated")

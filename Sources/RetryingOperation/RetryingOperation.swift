@@ -110,8 +110,8 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     /// yourself.
     ///
     /// The attempt must still end with a `baseOperationEnded` method; whatever it passes,
-    /// a cancelled operation finishes with ``Outcome/cancelled`` (unless it reports success).
-    /// Handle a call that races with the end of the attempt gracefully.
+    /// a cancelled operation finishes with ``RetryingOperation/Outcome/cancelled`` (unless
+    /// it reports success). Handle a call that races with the end of the attempt gracefully.
     ///
     /// ```swift
     /// override func cancelBaseOperation() { task?.cancel() }
@@ -378,6 +378,17 @@ open class RetryingOperation: Operation, @unchecked Sendable {
 
     // MARK: - Operation
 
+    /// Starts the first attempt. An `OperationQueue` calls it; call it yourself only to run
+    /// the operation without a queue.
+    ///
+    /// A cancelled operation finishes as ``RetryingOperation/Outcome/cancelled`` without
+    /// starting an attempt; a second call is ignored (and logged). Like `start()` of any
+    /// synchronous `Operation`, that of a synchronous operation started outside a queue
+    /// returns only once the operation has finished, retries included.
+    ///
+    /// ```swift
+    /// operation.start()
+    /// ```
     public final override func start() {
         let isFirstStart = machine.withLock { state -> Bool in
             guard !state.hasStarted else { return false }
@@ -405,10 +416,14 @@ open class RetryingOperation: Operation, @unchecked Sendable {
         callouts.run { self.processCancellation() }
     }
 
+    /// Whether the operation is running an attempt or waiting for the next one. Changes are
+    /// announced with KVO, which `OperationQueue` relies on (on Linux too).
     public final override var isExecuting: Bool {
         machine.withLock { $0.phase.isExecuting }
     }
 
+    /// Whether the operation has finished; ``RetryingOperation/outcome`` then says how.
+    /// Changes are announced with KVO.
     public final override var isFinished: Bool {
         machine.withLock { $0.phase.isFinished }
     }
