@@ -6,5 +6,6 @@
 enum BenchmarkRegistry {
     static let all: [any Benchmark] = [
         AsyncThroughputBenchmark(),   // P1
+        RetryLatenessBenchmark(),     // P2
     ]
 }
