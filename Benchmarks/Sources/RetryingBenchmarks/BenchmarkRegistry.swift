@@ -7,5 +7,6 @@ enum BenchmarkRegistry {
     static let all: [any Benchmark] = [
         AsyncThroughputBenchmark(),   // P1
         RetryLatenessBenchmark(),     // P2
+        IdleWaitBenchmark(),          // P6
     ]
 }
