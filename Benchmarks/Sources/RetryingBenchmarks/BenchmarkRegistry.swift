@@ -8,5 +8,6 @@ enum BenchmarkRegistry {
         AsyncThroughputBenchmark(),   // P1
         RetryLatenessBenchmark(),     // P2
         IdleWaitBenchmark(),          // P6
+        PayloadFormatBenchmark(),     // P7
     ]
 }
