@@ -20,8 +20,8 @@ struct AsyncThroughputBenchmark: Benchmark {
         _ = try Self.timeBare(count: count / 10)
         _ = try Self.timeRetrying(count: count / 10)
 
-        var bare: [Double] = []
-        var retrying: [Double] = []
+        var bare: [Sample] = []
+        var retrying: [Sample] = []
         for round in 0..<rounds {
             if round.isMultiple(of: 2) {
                 bare.append(try Self.timeBare(count: count))
@@ -30,30 +30,53 @@ struct AsyncThroughputBenchmark: Benchmark {
                 retrying.append(try Self.timeRetrying(count: count))
                 bare.append(try Self.timeBare(count: count))
             }
-            context.progress(String(format: "round %d: bare %.3f s, retrying %.3f s", round + 1, bare[round], retrying[round]))
+            context.progress(String(format: "round %d: bare %.3f s (CPU %.3f s), retrying %.3f s (CPU %.3f s)",
+                                    round + 1, bare[round].wall, bare[round].cpu, retrying[round].wall, retrying[round].cpu))
         }
 
-        let retryingRate = Double(count) / retrying.median
-        let bareRate = Double(count) / bare.median
+        let retryingWall = retrying.map(\.wall).median
+        let bareWall = bare.map(\.wall).median
         return [
             BenchmarkResult(
                 id: id,
                 name: "\(count.groupedDigits) async RetryingOperations, succeed first time",
-                value: retrying.median,
+                value: retryingWall,
                 unit: .seconds,
-                baseline: bare.median,
+                baseline: bareWall,
                 baselineName: "bare async Operation",
                 target: .ratio(atMost: 1.2),
-                note: "median of \(rounds) interleaved rounds; \(Int(retryingRate).groupedDigits) vs \(Int(bareRate).groupedDigits) operations/s; "
-                    + "one OperationQueue with default settings; creation included, deallocation not"
+                note: "wall-clock time, median of \(rounds) interleaved rounds; "
+                    + "\(Int(Double(count) / retryingWall).groupedDigits) vs \(Int(Double(count) / bareWall).groupedDigits) operations/s; "
+                    + "one OperationQueue with default settings; creating the operations included, releasing them not"
+            ),
+            BenchmarkResult(
+                id: "\(id).cpu",
+                name: "the same, process CPU time (all threads)",
+                value: retrying.map(\.cpu).median,
+                unit: .seconds,
+                baseline: bare.map(\.cpu).median,
+                baselineName: "bare async Operation"
             ),
         ]
     }
 
-    /// Seconds to create, run and finish `count` bare operations.
-    static func timeBare(count: Int) throws -> Double {
+    /// The wall-clock and process CPU seconds of one round.
+    struct Sample {
+        var wall: Double
+        var cpu: Double
+    }
+
+    /// Runs `body` and returns its wall-clock and process CPU seconds.
+    static func sample(_ body: () -> Void) -> Sample {
+        let cpuStart = Timing.processCPUSeconds()
+        let wall = Timing.seconds(body)
+        return Sample(wall: wall, cpu: Timing.processCPUSeconds() - cpuStart)
+    }
+
+    /// Creates, runs and finishes `count` bare operations.
+    static func timeBare(count: Int) throws -> Sample {
         var operations: [BareAsyncOperation] = []
-        let seconds = Timing.seconds {
+        let seconds = sample {
             operations = (0..<count).map { BareAsyncOperation(input: UInt64($0)) }
             let queue = OperationQueue()
             queue.addOperations(operations, waitUntilFinished: false)
@@ -65,10 +88,10 @@ struct AsyncThroughputBenchmark: Benchmark {
         return seconds
     }
 
-    /// Seconds to create, run and finish `count` retrying operations.
-    static func timeRetrying(count: Int) throws -> Double {
+    /// Creates, runs and finishes `count` retrying operations.
+    static func timeRetrying(count: Int) throws -> Sample {
         var operations: [TrivialRetryingOperation] = []
-        let seconds = Timing.seconds {
+        let seconds = sample {
             operations = (0..<count).map { TrivialRetryingOperation(input: UInt64($0)) }
             let queue = OperationQueue()
             queue.addOperations(operations, waitUntilFinished: false)
