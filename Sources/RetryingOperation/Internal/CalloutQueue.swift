@@ -10,11 +10,20 @@ import Foundation
 /// while another runs — a timer firing during `startBaseOperation`, for instance — is
 /// run right after it by the thread that is already draining.
 package final class CalloutQueue: @unchecked Sendable {
-    // @unchecked: `isDraining` and `pending` are only touched while `lock` is held; jobs
-    // run outside the lock, one at a time.
+    // @unchecked: `isDraining`, `nextJob` and `laterJobs` are only touched while `lock` is
+    // held; jobs run outside the lock, one at a time.
     private let lock = NSLock()
     private var isDraining = false
-    private var pending: [() -> Void] = []
+    // The pending jobs, oldest first: `nextJob`, then `laterJobs`. One pending job — the
+    // common case, an attempt that ends inside `startBaseOperation` — needs no array.
+    private var nextJob: Job?
+    private var laterJobs: [Job] = []
+
+    /// A job in a concrete wrapper: a bare closure stored in an `Optional` or an `Array`
+    /// would be re-wrapped in a heap-allocated thunk every time.
+    private struct Job {
+        let body: () -> Void
+    }
 
     package init() {}
 
@@ -23,25 +32,36 @@ package final class CalloutQueue: @unchecked Sendable {
     package func run(_ job: @escaping () -> Void) {
         lock.lock()
         if isDraining {
-            pending.append(job)
+            if nextJob == nil && laterJobs.isEmpty {
+                nextJob = Job(body: job)
+            } else {
+                laterJobs.append(Job(body: job))
+            }
             lock.unlock()
             return
         }
         isDraining = true
         lock.unlock()
 
-        var next: (() -> Void)? = job
-        while let current = next {
-            current()
-            lock.lock()
-            if pending.isEmpty {
-                isDraining = false
-                next = nil
-            } else {
-                next = pending.removeFirst()
-            }
-            lock.unlock()
+        job()
+        while let current = takeNextJobOrStopDraining() {
+            current.body()
         }
+    }
+
+    /// The oldest pending job; when there is none, the queue stops draining.
+    private func takeNextJobOrStopDraining() -> Job? {
+        lock.lock()
+        defer { lock.unlock() }
+        if let job = nextJob {
+            nextJob = nil
+            return job
+        }
+        if !laterJobs.isEmpty {
+            return laterJobs.removeFirst()
+        }
+        isDraining = false
+        return nil
     }
 }
 
