@@ -5,7 +5,7 @@ import RetryingOperation
 /// the underlying scheduler for the earliest one.
 ///
 /// Thousands of not-yet-due operations and retry waits cost one heap entry each and one
-/// timer in all, and nothing polls. Conforms to ``RetryScheduler`` so the retry waits of
+/// timer in all, and nothing polls. Conforms to `RetryScheduler` so the retry waits of
 /// persistent operations share it.
 final class DueTimer: RetryScheduler, @unchecked Sendable {
     // @unchecked: all mutable state is in `state`, a `Locked`.

@@ -8,7 +8,7 @@ import Foundation
 /// registered types and calls ``init(payload:)``. Nothing else of the instance is stored:
 /// put everything an attempt needs in the payload.
 ///
-/// Subclass ``RetryingOperation`` to get retries whose count and next-attempt date survive a
+/// Subclass `RetryingOperation` to get retries whose count and next-attempt date survive a
 /// crash; any other `Operation` subclass works too and runs once per launch until it
 /// finishes.
 ///

@@ -27,8 +27,8 @@ extension PersistentOperationQueue {
             didSet { precondition(maximumRecordSize > RecordFormat.headerSize, "maximumRecordSize is too small to hold a record") }
         }
         /// The clock and timer for not-before dates and for the retry waits of operations
-        /// that use the default scheduler. Default: a ``DispatchRetryScheduler``. Tests pass a
-        /// ``ManualRetryScheduler`` to move time by hand.
+        /// that use the default scheduler. Default: a `DispatchRetryScheduler`. Tests pass a
+        /// `ManualRetryScheduler` to move time by hand.
         public var scheduler: any RetryScheduler
         /// Receives the queue's log messages. Default: `nil` (no logging).
         public var logHandler: RetryLogHandler?

@@ -127,7 +127,7 @@ extension PersistentOperationQueue {
     /// Returns whether the queue had such an operation.
     ///
     /// An operation waiting for a retry or a not-before date finishes at once; a running
-    /// attempt is asked to stop (``RetryingOperation/cancelBaseOperation()``).
+    /// attempt is asked to stop (`RetryingOperation/cancelBaseOperation()`).
     ///
     /// ```swift
     /// queue.cancelOperation(withID: id)
@@ -198,7 +198,7 @@ extension PersistentOperationQueue {
     }
 
     /// Moves a failed record back to the pending area with a fresh retry budget and
-    /// schedules it. A ``RetryingOperation`` that had made attempts is started with
+    /// schedules it. A `RetryingOperation` that had made attempts is started with
     /// `isRetry: true`.
     ///
     /// ```swift

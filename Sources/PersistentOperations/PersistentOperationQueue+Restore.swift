@@ -5,7 +5,7 @@ extension PersistentOperationQueue {
     ///
     /// Each readable record is rebuilt through the type registered for its
     /// ``PersistentOperation/persistenceIdentifier`` (never from a class name) and scheduled
-    /// in priority, then enqueue, order. A ``RetryingOperation`` continues its retry count,
+    /// in priority, then enqueue, order. A `RetryingOperation` continues its retry count,
     /// is told `isRetry: true` if it had made an attempt, and waits for its saved
     /// next-attempt date. An attempt that was running when the process died runs again.
     ///

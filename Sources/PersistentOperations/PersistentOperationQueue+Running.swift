@@ -283,7 +283,7 @@ extension PersistentOperationQueue {
     }
 }
 
-/// Connects one stored ``RetryingOperation`` to its queue.
+/// Connects one stored `RetryingOperation` to its queue.
 final class OperationTracker: RetryingOperationDriver {
     let recordID: String
     private weak let queue: PersistentOperationQueue?

@@ -14,7 +14,7 @@ import Foundation
 /// **How operations run.** Attempts run in ``operationQueue`` (its
 /// `maxConcurrentOperationCount`, `isSuspended` and the operations' `queuePriority` apply),
 /// but the stored operations themselves are not added to it: the queue adds a placeholder
-/// that holds a slot for the length of one attempt. A ``RetryingOperation`` waiting for a
+/// that holds a slot for the length of one attempt. A `RetryingOperation` waiting for a
 /// retry, and an operation whose not-before date is in the future, hold no slot and are not
 /// parked in the `OperationQueue`; they wait in the queue's single timer. Dependencies
 /// between stored operations are not saved: express order with priorities.

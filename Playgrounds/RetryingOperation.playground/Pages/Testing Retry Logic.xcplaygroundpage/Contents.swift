@@ -134,3 +134,5 @@ precondition(manualClock.now.timeIntervalSinceReferenceDate == 0)
  then `#expect(clock.pendingDelays == [1])`, then `clock.advance(by: 1)`. The documentation
  article *Testing retry logic with the test clock* shows a complete Swift Testing test.
  */
+
+//: [Next](@next)

@@ -1,0 +1,95 @@
+import Foundation
+import Testing
+import PersistentOperations
+
+// The code samples of the README's persistence section and of the PersistentOperations
+// DocC articles, compiled and run here so they cannot rot. `scripts/readme-snippets.py
+// --check` fails when a sample differs from its `// snippet:` region below.
+
+// snippet: persistent-operation
+struct Upload: Codable, Sendable {
+    var file: String
+    var album: Int
+}
+
+final class PersistentUpload: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    // @unchecked: `payload` is immutable; the rest of the state belongs to RetryingOperation.
+    static let persistenceIdentifier = "com.example.upload"   // stored on disk: never change it
+    let payload: Upload
+
+    init(payload: Upload) {
+        self.payload = payload
+        super.init()
+        retryPolicy = .persistent
+    }
+
+    override var isAsynchronous: Bool { true }
+
+    override func startBaseOperation(isRetry: Bool) {
+        // isRetry is true after a crash too: the server may already have this file.
+        DocumentationServer.upload(payload.file, replacingPartialUpload: isRetry) { error in
+            if let error {
+                self.baseOperationEnded(withRetriableError: error)
+            } else {
+                self.baseOperationEnded()
+            }
+        }
+    }
+}
+// end snippet
+
+/// A stand-in for a real upload service.
+enum DocumentationServer {
+    static let uploaded = Locked<[String]>([])
+
+    static func upload(_ file: String, replacingPartialUpload: Bool, completion: @escaping @Sendable ((any Error)?) -> Void) {
+        uploaded.withLock { $0.append(file) }
+        DispatchQueue.global().async { completion(nil) }
+    }
+}
+
+@Suite("Documentation examples (persistence)", .timeLimit(.minutes(1)))
+struct PersistenceDocumentationTests {
+    @Test func theLaunchSequenceOfTheArticleRestoresThenAdds() async throws {
+        let temporary = try TemporaryDirectory()
+        let storeURL = temporary.store
+        // snippet: persistent-queue-launch
+        let queue = try PersistentOperationQueue(directory: storeURL)
+        queue.register(PersistentUpload.self)            // every type, before restoring
+        let report = try queue.restore()                 // what the last run left pending
+        for entry in report.quarantined {
+            print("quarantined \(entry.name): \(entry.reason)")
+        }
+        try queue.addOperation(PersistentUpload(payload: Upload(file: "IMG_0001.heic", album: 42)))
+        // end snippet
+        await queue.allOperationsFinished()
+        #expect(report.restored.isEmpty)
+        #expect(DocumentationServer.uploaded.withLock { $0.contains("IMG_0001.heic") })
+        #expect(try queue.counts().pending == 0)
+    }
+
+    @Test func optionsTagsAndUniqueKeysWorkAsTheArticleShows() async throws {
+        let temporary = try TemporaryDirectory()
+        let operationQueue = OperationQueue()
+        operationQueue.isSuspended = true
+        let queue = try PersistentOperationQueue(directory: temporary.store, operationQueue: operationQueue)
+        queue.register(PersistentUpload.self)
+        let upload = Upload(file: "IMG_0002.heic", album: 7)
+        // snippet: persistent-queue-options
+        let result = try queue.addOperation(
+            PersistentUpload(payload: upload),
+            options: EnqueueOptions(
+                notBefore: Date().addingTimeInterval(60),   // not before a minute from now
+                tags: ["album:\(upload.album)"],            // to find or cancel it by tag
+                uniqueKey: upload.file                      // at most one pending upload per file
+            )
+        )
+        print("stored as \(result.id)")
+        queue.cancelOperations(taggedWith: "album:7")     // the album was deleted
+        // end snippet
+        await queue.allOperationsFinished()
+        #expect(result.disposition == .added)
+        #expect(try queue.counts().pending == 0)
+        #expect(!DocumentationServer.uploaded.withLock { $0.contains("IMG_0002.heic") })
+    }
+}
