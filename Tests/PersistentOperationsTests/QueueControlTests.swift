@@ -204,4 +204,36 @@ struct QueueControlTests {
         await fixture.queue.allOperationsFinished()
         #expect(try fixture.queue.counts().pending == 0)
     }
+
+    @Test func aPayloadOverTheSizeCapIsRefusedWithRecordTooLarge() throws {
+        let directory = try TemporaryDirectory()
+        let queue = try PersistentOperationQueue(
+            directory: directory.store, operationQueue: OperationQueue(),
+            configuration: .init(maximumRecordSize: 4_096)
+        )
+        queue.register(ScriptedUpload.self)
+        let big = ScriptedUpload(payload: UploadPayload(name: String(repeating: "x", count: 8_192), journal: ""))
+        #expect { try queue.addOperation(big) } throws: { ($0 as? PersistenceError)?.code == .recordTooLarge }
+        #expect(try directory.names(in: "pending").isEmpty)
+    }
+
+    @Test func suspendingStopsNewAttemptsUntilResumed() async throws {
+        let fixture = try QueueFixture(maxConcurrent: 2)
+        fixture.queue.isSuspended = true
+        try fixture.queue.addOperation(fixture.upload("a"))
+        try fixture.queue.addOperation(fixture.upload("b"))
+        #expect(try fixture.queue.counts().queued == 2)
+        #expect(fixture.lines.isEmpty)
+        fixture.queue.isSuspended = false
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines.count == 2)
+    }
+
+    @Test func retryingOrPurgingAMissingFailedRecordThrowsRecordNotFound() throws {
+        let fixture = try QueueFixture()
+        let missing = try #require(PersistentOperationID(UUID().uuidString))
+        #expect { try fixture.queue.retryFailedOperation(withID: missing) } throws: { ($0 as? PersistenceError)?.code == .recordNotFound }
+        #expect { try fixture.queue.purgeFailedOperation(withID: missing) } throws: { ($0 as? PersistenceError)?.code == .recordNotFound }
+        #expect(PersistentOperationID("not-a-uuid") == nil)
+    }
 }
