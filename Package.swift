@@ -8,11 +8,13 @@ let package = Package(
         .library(name: "RetryingOperation", targets: ["RetryingOperation"]),
         .library(name: "PersistentOperations", targets: ["PersistentOperations"]),
         .executable(name: "crash-demo", targets: ["CrashDemo"]),
+        .executable(name: "store-inspector", targets: ["StoreInspector"]),
     ],
     targets: [
         .target(name: "RetryingOperation"),
         .target(name: "PersistentOperations", dependencies: ["RetryingOperation"]),
         .executableTarget(name: "CrashDemo", dependencies: ["PersistentOperations"]),
+        .executableTarget(name: "StoreInspector", dependencies: ["PersistentOperations"]),
         .testTarget(name: "RetryingOperationTests", dependencies: ["RetryingOperation"]),
         .testTarget(
             name: "PersistentOperationsTests",

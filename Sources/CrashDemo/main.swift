@@ -40,7 +40,7 @@ do {
         FileHandle.standardOutput.write(Data("holding \(queue.directory.path)\n".utf8))
         while true { sleep(60) }
     default:
-        try DemoCommand(arguments: arguments).run()
+        exit(try DemoCommand(options: DemoOptions(arguments: arguments)).run())
     }
 } catch {
     fail("\(error)")

@@ -11,16 +11,43 @@ import Darwin
 /// The `crash-demo` executable built beside the test bundle, run as a child process.
 enum ChildApp {
     static var executable: URL {
-        get throws {
-            var candidates = [URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()]
-            candidates.append(Bundle.main.bundleURL)
-            candidates.append(Bundle.main.bundleURL.deletingLastPathComponent())
-            for directory in candidates {
-                let url = directory.appendingPathComponent("crash-demo")
-                if FileManager.default.isExecutableFile(atPath: url.path) { return url }
-            }
-            throw ChildAppError("crash-demo was not found beside the test bundle (looked in \(candidates.map(\.path))); build the package first")
+        get throws { try builtExecutable(named: "crash-demo") }
+    }
+
+    /// The executable product `name` of this package, built beside the test bundle.
+    static func builtExecutable(named name: String) throws -> URL {
+        var candidates = [URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()]
+        candidates.append(Bundle.main.bundleURL)
+        candidates.append(Bundle.main.bundleURL.deletingLastPathComponent())
+        for directory in candidates {
+            let url = directory.appendingPathComponent(name)
+            if FileManager.default.isExecutableFile(atPath: url.path) { return url }
         }
+        throw ChildAppError("\(name) was not found beside the test bundle (looked in \(candidates.map(\.path))); build the package first")
+    }
+
+    /// Runs the executable product `name` with `arguments` to the end and returns its exit
+    /// status and output. Blocks: call it inside ``onDedicatedThread(_:)``.
+    static func run(_ name: String, _ arguments: [String], timeout: TimeInterval = 60) throws -> ProcessResult {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("child-output-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let outputURL = directory.appendingPathComponent("stdout")
+        let errorURL = directory.appendingPathComponent("stderr")
+        try Data().write(to: outputURL)
+        try Data().write(to: errorURL)
+        let process = Process()
+        process.executableURL = try builtExecutable(named: name)
+        process.arguments = arguments
+        process.standardOutput = try FileHandle(forWritingTo: outputURL)
+        process.standardError = try FileHandle(forWritingTo: errorURL)
+        try process.run()
+        try waitForExit(process, timeout: timeout)
+        return ProcessResult(
+            status: process.terminationReason == .exit ? process.terminationStatus : -1,
+            output: try String(contentsOf: outputURL, encoding: .utf8),
+            error: try String(contentsOf: errorURL, encoding: .utf8)
+        )
     }
 
     /// Starts `crash-demo` with `arguments`; its output goes to `output` (or is discarded).
@@ -46,6 +73,22 @@ enum ChildApp {
             usleep(5_000)
         }
         process.waitUntilExit()
+    }
+}
+
+/// How a child process ended and what it printed.
+struct ProcessResult: Sendable {
+    /// The exit status, or -1 when a signal ended the process.
+    var status: Int32
+    var output: String
+    var error: String
+
+    /// Standard output parsed as a JSON object.
+    func json() throws -> [String: Any] {
+        guard let object = try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any] else {
+            throw ChildAppError("the output is not a JSON object: \(output)")
+        }
+        return object
     }
 }
 

@@ -1,0 +1,87 @@
+import Foundation
+
+/// The command-line options of the crash-and-resume demo (`crash-demo` without a subcommand).
+///
+///     crash-demo [--count N] [--kills K] [--store DIR] [--seed S] [--attempt-ms MS]
+struct DemoOptions {
+    /// How many uploads the app adds. Default: 20.
+    var count = 20
+    /// How many times the app is killed with SIGKILL before it may run to the end. Default: 2.
+    var kills = 2
+    /// Where the store is kept after the demo; `nil` uses a temporary directory that is
+    /// deleted at the end.
+    var store: URL?
+    /// The seed that chooses the kill moments; `nil` picks one (and prints it).
+    var seed: UInt64?
+    /// Milliseconds one upload attempt takes. Default: 60, slow enough to kill work in flight.
+    var attemptMilliseconds = 60
+    /// Whether `--help` was asked for.
+    var showsHelp = false
+
+    static let usage = """
+        usage: crash-demo [--count N] [--kills K] [--store DIR] [--seed S] [--attempt-ms MS]
+
+        Runs an app that adds N persistent uploads to a store, SIGKILLs it K times while
+        uploads are in flight, relaunches it until it finishes, and checks from the app's
+        effects journal and the store that no acknowledged upload was lost and none ran
+        again after it completed. Exits with 0 only then.
+
+          --count N       uploads to add (default 20); every sixth is refused for good
+          --kills K       SIGKILLs before the app may finish (default 2)
+          --store DIR     keep the store (and its effects.txt journal) in DIR, which must be
+                          empty or absent; by default a temporary directory is used and deleted
+          --seed S        seed for the kill moments (default: random, printed)
+          --attempt-ms MS how long one upload attempt takes (default 60)
+          --help          show this text
+
+        Other subcommands (used by the demo and the tests):
+          crash-demo app --store DIR --effects FILE --count N [--crash-loop-limit K] [--crasher] [--attempt-ms MS]
+          crash-demo hold --store DIR
+        """
+
+    /// Parses `arguments` (without the program name).
+    ///
+    /// - Throws: ``DemoError`` naming the option that is unknown or lacks a valid value.
+    init(arguments: [String]) throws {
+        var remaining = arguments[...]
+        while let name = remaining.popFirst() {
+            func value() throws -> String {
+                guard let value = remaining.popFirst() else { throw DemoError("\(name) needs a value\n\n\(Self.usage)") }
+                return value
+            }
+            func number<Number: FixedWidthInteger>(_: Number.Type, atLeast minimum: Number) throws -> Number {
+                let text = try value()
+                guard let number = Number(text), number >= minimum else {
+                    throw DemoError("\(name) needs a whole number of at least \(minimum), not \"\(text)\"")
+                }
+                return number
+            }
+            switch name {
+            case "--count": count = try number(Int.self, atLeast: 1)
+            case "--kills": kills = try number(Int.self, atLeast: 0)
+            case "--store": store = URL(fileURLWithPath: try value(), isDirectory: true)
+            case "--seed": seed = try number(UInt64.self, atLeast: 0)
+            case "--attempt-ms": attemptMilliseconds = try number(Int.self, atLeast: 1)
+            case "--help", "-h": showsHelp = true
+            default: throw DemoError("unknown option \"\(name)\"\n\n\(Self.usage)")
+            }
+        }
+    }
+}
+
+/// A small seeded random number generator (SplitMix64), so a seed repeats the kill moments.
+struct SeededGenerator: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) {
+        state = seed
+    }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var value = state
+        value = (value ^ (value >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        value = (value ^ (value >> 27)) &* 0x94D0_49BB_1331_11EB
+        return value ^ (value >> 31)
+    }
+}

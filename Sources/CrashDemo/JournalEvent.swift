@@ -1,0 +1,100 @@
+import Foundation
+
+/// One line of the app's effects journal (see ``AppCommand``), parsed.
+enum JournalEvent: Equatable {
+    /// The app started: `launch PID restored=N quarantined=Q failed-after-crashes=F`.
+    case launch(pid: Int32, restored: Int, quarantined: Int, failedAfterCrashes: Int)
+    /// A pending upload was restored from the store: `restored I id=ID`.
+    case restored(index: Int, id: String)
+    /// `addOperation` returned for an upload, so it is durable: `ack I id=ID`.
+    case acknowledged(index: Int, id: String)
+    /// An attempt started: `start I attempt=A retries=R retry=B pid=P`.
+    case started(index: Int, attempt: Int, retries: Int)
+    /// An attempt ended asking for a retry: `retry I counted|uncounted`.
+    case retry(index: Int, counted: Bool)
+    /// An upload completed: `done I`.
+    case done(index: Int)
+    /// An upload failed for good: `fail I`.
+    case failed(index: Int)
+    /// The queue removed a completed upload's record: `removed ID`.
+    case removed(id: String)
+    /// The queue moved a record to the failed area: `moved-to-failed ID`.
+    case movedToFailed(id: String)
+    /// Every operation finished and the app exits: `finished`.
+    case finished
+    /// A line this version does not know.
+    case unknown(String)
+
+    /// Parses one journal line.
+    init(line: Substring) {
+        let words = line.split(separator: " ")
+        func index() -> Int? { words.count >= 2 ? Int(words[1]) : nil }
+        func value(_ key: String) -> Substring? {
+            words.first { $0.hasPrefix(key + "=") }.map { $0.dropFirst(key.count + 1) }
+        }
+        func number(_ key: String) -> Int? { value(key).flatMap { Int($0) } }
+        switch (words.first, index()) {
+        case ("launch", _):
+            let pid = words.count >= 2 ? Int32(words[1]) ?? 0 : 0
+            self = .launch(pid: pid, restored: number("restored") ?? 0, quarantined: number("quarantined") ?? 0,
+                           failedAfterCrashes: number("failed-after-crashes") ?? 0)
+        case ("restored", let index?) where value("id") != nil:
+            self = .restored(index: index, id: String(value("id")!))
+        case ("ack", let index?) where value("id") != nil:
+            self = .acknowledged(index: index, id: String(value("id")!))
+        case ("start", let index?):
+            self = .started(index: index, attempt: number("attempt") ?? 0, retries: number("retries") ?? 0)
+        case ("retry", let index?) where words.count >= 3:
+            self = .retry(index: index, counted: words[2] == "counted")
+        case ("done", let index?):
+            self = .done(index: index)
+        case ("fail", let index?):
+            self = .failed(index: index)
+        case ("removed", _) where words.count == 2:
+            self = .removed(id: String(words[1]))
+        case ("moved-to-failed", _) where words.count == 2:
+            self = .movedToFailed(id: String(words[1]))
+        case ("finished", _):
+            self = .finished
+        default:
+            self = .unknown(String(line))
+        }
+    }
+}
+
+/// Reads an effects journal that another process is appending to, one complete line at a time.
+final class JournalTail {
+    private let path: String
+    private var handle: FileHandle?
+    private var partialLine = Data()
+
+    /// Follows the journal at `path`, which may not exist yet.
+    init(path: String) {
+        self.path = path
+    }
+
+    deinit {
+        try? handle?.close()
+    }
+
+    /// The lines completed since the last call.
+    func newEvents() -> [JournalEvent] {
+        if handle == nil {
+            handle = FileHandle(forReadingAtPath: path)
+        }
+        guard let handle else { return [] }
+        // For a regular file, everything up to its current end.
+        let data = handle.availableData
+        guard !data.isEmpty else { return [] }
+        partialLine.append(data)
+        guard let lastNewline = partialLine.lastIndex(of: UInt8(ascii: "\n")) else { return [] }
+        let complete = partialLine[partialLine.startIndex...lastNewline]
+        partialLine = Data(partialLine[(lastNewline + 1)...])
+        return String(decoding: complete, as: UTF8.self).split(separator: "\n").map(JournalEvent.init(line:))
+    }
+
+    /// Every line of the journal at `path`, read from the start.
+    static func allEvents(at path: String) throws -> [JournalEvent] {
+        try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").map(JournalEvent.init(line:))
+    }
+}

@@ -1,0 +1,149 @@
+import Foundation
+
+/// Turns the app's journal events into the demo's readable timeline as they arrive, and keeps
+/// what is needed to describe the moment of a kill.
+///
+///     [launch 1] added uploads 0-19 (each durable before addOperation returned)
+///     [launch 1] upload  1  attempt 1
+///     [launch 1] upload  1  503 server busy -> retry with backoff (counted: 1)
+///     *** SIGKILL app (pid 4242): 4 attempts running, 15 uploads not finished ***
+///     [launch 2] app started (pid 4250): restored 15 pending uploads from the store
+struct Timeline {
+    /// The launch the events belong to, counting from 1.
+    private(set) var launch = 0
+    /// Uploads whose attempt started in this launch and has not ended.
+    private(set) var attemptsRunning = Set<Int>()
+    /// Uploads added or restored and not yet done or failed.
+    private(set) var unfinished = Set<Int>()
+    /// The launch in which each upload last completed.
+    private var completedInLaunch: [Int: Int] = [:]
+    /// Uploads restored in this launch that have not started again yet.
+    private var restoredNotStarted = Set<Int>()
+    /// Consecutive `ack` or `restored` lines, printed as one line.
+    private var group: (verb: String, indices: [Int])?
+    /// Upload index by record identifier, from `ack` and `restored` lines.
+    private var indexByID: [String: Int] = [:]
+    private var hasExplainedAdds = false
+    private let print: (String) -> Void
+
+    /// Creates a timeline that prints each line with `print`.
+    init(print: @escaping (String) -> Void) {
+        self.print = print
+    }
+
+    /// Prints what `event` means, updating the state.
+    mutating func handle(_ event: JournalEvent) {
+        switch event {
+        case .acknowledged(let index, let id):
+            add(index, to: "added")
+            indexByID[id] = index
+            unfinished.insert(index)
+            return
+        case .restored(let index, let id):
+            add(index, to: "restored")
+            indexByID[id] = index
+            unfinished.insert(index)
+            restoredNotStarted.insert(index)
+            return
+        default:
+            flushGroup()
+        }
+        switch event {
+        case .launch(let pid, let restored, let quarantined, let failedAfterCrashes):
+            launch += 1
+            attemptsRunning = []
+            restoredNotStarted = []
+            var line = "app started (pid \(pid))"
+            line += restored == 0 && launch == 1 ? ": the store is empty" : ": \(restored) pending uploads in the store"
+            if quarantined > 0 { line += ", \(quarantined) bad files quarantined" }
+            if failedAfterCrashes > 0 { line += ", \(failedAfterCrashes) moved to failed after repeated crashes" }
+            say(line)
+        case .started(let index, let attempt, let retries):
+            attemptsRunning.insert(index)
+            var line = "attempt \(attempt)"
+            if retries > 0 { line += " (\(retries) counted \(retries == 1 ? "retry" : "retries") so far)" }
+            if restoredNotStarted.remove(index) != nil, attempt > 1 { line += ", resumed from the store" }
+            say(upload(index) + line)
+        case .retry(let index, let counted):
+            attemptsRunning.remove(index)
+            say(upload(index) + (counted ? "503 server busy -> retry with backoff (counted)" : "waiting for network -> retry when it is back (not counted)"))
+        case .done(let index):
+            attemptsRunning.remove(index)
+            unfinished.remove(index)
+            var line = "done"
+            if let earlier = completedInLaunch[index], earlier < launch {
+                line += " (again: it had completed in launch \(earlier), but the kill came before its record was removed)"
+            }
+            completedInLaunch[index] = launch
+            say(upload(index) + line)
+        case .failed(let index):
+            attemptsRunning.remove(index)
+            unfinished.remove(index)
+            say(upload(index) + "403 upload refused -> fails for good")
+        case .movedToFailed(let id):
+            if let index = indexByID[id] { say(upload(index) + "moved to the failed area") }
+        case .finished:
+            say("every upload finished; the app exits")
+        case .unknown(let line):
+            say("(journal) \(line)")
+        case .removed, .acknowledged, .restored:
+            break
+        }
+    }
+
+    /// Prints any grouped lines still held back.
+    mutating func flushGroup() {
+        guard let group else { return }
+        self.group = nil
+        var what = ""
+        if group.verb == "added", !hasExplainedAdds {
+            what = " (each one durable on disk before addOperation returned)"
+            hasExplainedAdds = true
+        }
+        say("\(group.verb) \(group.indices.count == 1 ? "upload" : "uploads") \(Self.ranges(group.indices))\(what)")
+    }
+
+    private mutating func add(_ index: Int, to verb: String) {
+        if group?.verb != verb { flushGroup() }
+        group = (verb, (group?.indices ?? []) + [index])
+    }
+
+    private func say(_ text: String) {
+        print("[launch \(launch)] \(text)")
+    }
+
+    private func upload(_ index: Int) -> String {
+        "upload \(String(index).leftPadded(to: 2))  "
+    }
+
+    /// "0-3, 5, 7-9" for [0, 1, 2, 3, 5, 7, 8, 9].
+    static func ranges(_ indices: [Int]) -> String {
+        var parts: [String] = []
+        var start: Int?
+        var previous: Int?
+        for index in indices.sorted() + [Int.max] {
+            if let previous, index == previous + 1 {
+                // Continues the run.
+            } else if let first = start, let last = previous {
+                parts.append(first == last ? "\(first)" : "\(first)-\(last)")
+                start = index
+            } else {
+                start = index
+            }
+            previous = index
+        }
+        return parts.joined(separator: ", ")
+    }
+}
+
+extension String {
+    /// The string with spaces in front up to `width` characters.
+    func leftPadded(to width: Int) -> String {
+        count >= width ? self : String(repeating: " ", count: width - count) + self
+    }
+
+    /// The string with spaces after it up to `width` characters.
+    func rightPadded(to width: Int) -> String {
+        count >= width ? self : self + String(repeating: " ", count: width - count)
+    }
+}

@@ -1,0 +1,130 @@
+import Foundation
+
+/// A parsed `store-inspector` command line.
+///
+///     store-inspector list [--store] DIR [--json]
+///     store-inspector show [--store] DIR ID [--json]
+///     store-inspector retry-failed [--store] DIR (ID | --all) [--json]
+struct InspectorCommand {
+    /// What to do.
+    enum Action: Equatable {
+        case list
+        case show(id: String)
+        case failed
+        case stats
+        case retryFailed(Selection)
+        case purge(Selection)
+    }
+
+    /// The failed records a changing command applies to.
+    enum Selection: Equatable {
+        case one(id: String)
+        case all
+    }
+
+    var action: Action
+    var store: URL
+    var json: Bool
+
+    static let usage = """
+        usage: store-inspector COMMAND [--store] DIR [ID | --all] [--json]
+
+        Inspects a PersistentOperations store directory. Reading commands open the store
+        read-only: they take no lock and never write, so they are safe on a store that a
+        running app holds. Changing commands take the store's lock and fail while an app
+        holds it.
+
+        Reading:
+          list              pending records: id, type, priority, retries, attempts, next attempt, tags, unique key
+          show ID           every field of one record, and its payload as a property list
+          failed            records in the failed area, with the reason each failed
+          stats             counts per area and per type, quarantined entries with reasons
+
+        Changing (need the store's lock):
+          retry-failed ID | --all   move failed records back to pending with a fresh retry budget
+          purge ID | --all          delete failed records for good
+
+        Options:
+          --store DIR       the store directory (or give it as the first argument after COMMAND)
+          --json            machine-readable output with stable keys
+          --help            show this text
+
+        Exit status: 0 on success, 1 when the store cannot be read or changed, 2 for a usage error.
+        """
+
+    /// Parses `arguments` (without the program name).
+    ///
+    /// - Throws: ``InspectorError`` with exit status 2 for a usage error.
+    init(arguments: [String]) throws {
+        var positionals: [String] = []
+        var store: String?
+        var json = false
+        var all = false
+        var remaining = arguments[...]
+        while let argument = remaining.popFirst() {
+            switch argument {
+            case "--json": json = true
+            case "--all": all = true
+            case "--store":
+                guard let value = remaining.popFirst() else { throw InspectorError.usage("--store needs a directory") }
+                store = value
+            case "--help", "-h": throw InspectorError.help
+            case _ where argument.hasPrefix("--"): throw InspectorError.usage("unknown option \(argument)")
+            default: positionals.append(argument)
+            }
+        }
+        guard !positionals.isEmpty else { throw InspectorError.usage("no command given") }
+        let name = positionals.removeFirst()
+        if store == nil, !positionals.isEmpty {
+            store = positionals.removeFirst()
+        }
+        guard let store else { throw InspectorError.usage("no store directory given (--store DIR)") }
+        func id() throws -> String {
+            guard positionals.count == 1 else { throw InspectorError.usage("\(name) needs one record identifier") }
+            return positionals.removeFirst()
+        }
+        func selection() throws -> Selection {
+            if all {
+                guard positionals.isEmpty else { throw InspectorError.usage("\(name) takes either an identifier or --all") }
+                return .all
+            }
+            guard positionals.count == 1 else { throw InspectorError.usage("\(name) needs a record identifier or --all") }
+            return .one(id: positionals.removeFirst())
+        }
+        switch name {
+        case "list": action = .list
+        case "show": action = .show(id: try id())
+        case "failed": action = .failed
+        case "stats": action = .stats
+        case "retry-failed": action = .retryFailed(try selection())
+        case "purge": action = .purge(try selection())
+        default: throw InspectorError.usage("unknown command \(name)")
+        }
+        if !positionals.isEmpty {
+            throw InspectorError.usage("unexpected argument \(positionals[0])")
+        }
+        switch action {
+        case .retryFailed, .purge: break
+        default: if all { throw InspectorError.usage("--all applies to retry-failed and purge only") }
+        }
+        self.store = URL(fileURLWithPath: store, isDirectory: true)
+        self.json = json
+    }
+}
+
+/// Why the inspector stopped, with its exit status.
+struct InspectorError: Error, CustomStringConvertible {
+    var description: String
+    /// 1: the store could not be read or changed; 2: usage error; 0: help was asked for.
+    var exitStatus: Int32
+
+    static func usage(_ message: String) -> InspectorError {
+        InspectorError(description: "\(message)\n\n\(InspectorCommand.usage)", exitStatus: 2)
+    }
+
+    static let help = InspectorError(description: InspectorCommand.usage, exitStatus: 0)
+
+    static func failure(_ message: String) -> InspectorError {
+        InspectorError(description: message, exitStatus: 1)
+    }
+}

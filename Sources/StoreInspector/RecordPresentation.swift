@@ -1,0 +1,97 @@
+import Foundation
+import PersistentOperations
+
+/// How the inspector shows records, their payloads and dates, in text and in JSON.
+enum RecordPresentation {
+    /// `2025-11-21T21:28:00.125Z`, or `-` for `nil`.
+    static func text(_ date: Date?) -> String {
+        guard let date else { return "-" }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.string(from: date)
+    }
+
+    static func json(_ date: Date?) -> JSONValue {
+        date.map { .string(text($0)) } ?? .null
+    }
+
+    /// When the record runs next: its retry date, else its not-before date, else now.
+    static func nextAttempt(of record: OperationRecord) -> Date? {
+        record.nextAttemptAt ?? record.notBefore
+    }
+
+    /// The fields `list` and `failed` show, in a stable order.
+    static func summary(of record: OperationRecord) -> JSONValue {
+        .object([
+            ("id", .string(record.id)),
+            ("type", .string(record.typeIdentifier)),
+            ("priority", .integer(Int64(record.priority))),
+            ("retries", .integer(Int64(record.numberOfRetries))),
+            ("attempts", .integer(Int64(record.numberOfAttempts))),
+            ("nextAttempt", json(nextAttempt(of: record))),
+            ("tags", .array(record.tags.map { .string($0) })),
+            ("uniqueKey", .string(record.uniqueKey)),
+            ("failureReason", .string(record.failureReason)),
+        ])
+    }
+
+    /// Every field of the record, and its payload decoded generically (see ``payload(of:)``).
+    static func details(of record: OperationRecord, area: String, attemptsInFlight: Int) -> JSONValue {
+        .object([
+            ("id", .string(record.id)),
+            ("area", .string(area)),
+            ("formatVersion", .integer(Int64(record.formatVersion))),
+            ("type", .string(record.typeIdentifier)),
+            ("priority", .integer(Int64(record.priority))),
+            ("enqueueSequence", .unsignedInteger(record.enqueueSequence)),
+            ("enqueuedAt", json(record.enqueuedAt)),
+            ("notBefore", json(record.notBefore)),
+            ("tags", .array(record.tags.map { .string($0) })),
+            ("uniqueKey", .string(record.uniqueKey)),
+            ("retries", .integer(Int64(record.numberOfRetries))),
+            ("attempts", .integer(Int64(record.numberOfAttempts))),
+            ("nextAttemptAt", json(record.nextAttemptAt)),
+            // The larger of the count saved in the record and the count of the attempt marker.
+            ("attemptsInFlight", .integer(Int64(max(record.attemptsInFlight, attemptsInFlight)))),
+            ("lastError", .string(record.lastErrorDescription)),
+            ("failureReason", .string(record.failureReason)),
+            ("payloadBytes", .integer(Int64(record.payload.count))),
+            ("payload", payload(of: record)),
+        ])
+    }
+
+    /// The payload as a generic value, without knowing its Swift type.
+    ///
+    /// The bytes go through `BinaryPropertyListReader`, which verifies the whole structure
+    /// before it builds any value; no Foundation decoder sees them. Payloads are stored inside
+    /// a one-key wrapper (`value`), which is removed here. Unverifiable bytes give
+    /// `{"unreadable": reason}`.
+    static func payload(of record: OperationRecord) -> JSONValue {
+        let value: PropertyListValue
+        do {
+            value = try BinaryPropertyListReader.value(from: record.payload)
+        } catch {
+            return .object([("unreadable", .string("the payload is not a valid property list: \(error.reason)"))])
+        }
+        if case .dictionary(let box) = value, box.count == 1, let inner = box["value"] {
+            return json(inner)
+        }
+        return json(value)
+    }
+
+    /// A property-list value as JSON: dates as ISO 8601 strings, data as `base64:` strings,
+    /// dictionary keys sorted.
+    static func json(_ value: PropertyListValue) -> JSONValue {
+        switch value {
+        case .bool(let value): .bool(value)
+        case .integer(let value): .integer(value)
+        case .unsignedInteger(let value): .unsignedInteger(value)
+        case .real(let value): .double(value)
+        case .date(let value): .string(text(value))
+        case .data(let value): .string("base64:" + value.base64EncodedString())
+        case .string(let value): .string(value)
+        case .array(let values): .array(values.map(json))
+        case .dictionary(let members): .object(members.sorted { $0.key < $1.key }.map { ($0.key, json($0.value)) })
+        }
+    }
+}

@@ -1,0 +1,97 @@
+import Foundation
+import PersistentOperations
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Runs one inspector command against a store directory.
+///
+/// Reading commands use a read-only `RecordStore`: it takes no lock and never writes, and it
+/// reports entries that fail verification as skipped instead of quarantining them, so they are
+/// safe while an app holds the store. Changing commands open the store read-write, which takes
+/// its lock.
+struct StoreInspector {
+    var store: URL
+    /// Whether to print JSON instead of tables.
+    var json: Bool
+    /// Where output lines go.
+    var print: (String) -> Void
+
+    /// Runs `action`.
+    ///
+    /// - Throws: ``InspectorError`` when the store cannot be read or changed.
+    func run(_ action: InspectorCommand.Action) throws {
+        try checkIsStore()
+        do {
+            switch action {
+            case .list: try list()
+            case .show(let id): try show(id)
+            case .failed: try failed()
+            case .stats: try stats()
+            case .retryFailed(let selection): try retryFailed(selection)
+            case .purge(let selection): try purge(selection)
+            }
+        } catch let error as PersistenceError {
+            throw InspectorError.failure(Self.explain(error))
+        }
+    }
+
+    /// A store opened read-only.
+    func readOnlyStore() throws -> RecordStore {
+        try RecordStore(directory: store, access: .readOnly)
+    }
+
+    /// A store opened read-write (taking its lock), for changing commands.
+    func writableStore() throws -> RecordStore {
+        do {
+            return try RecordStore(directory: store, access: .readWrite)
+        } catch let error as PersistenceError where error.code == .locked {
+            throw InspectorError.failure(
+                "cannot change the store while it is open elsewhere: \(error.message) Stop the app first; reading commands (list, show, failed, stats) work meanwhile."
+            )
+        }
+    }
+
+    /// Throws a clear error unless the directory exists and has a store's `pending` and
+    /// `failed` areas (a read-write open would otherwise create a store anywhere).
+    private func checkIsStore() throws {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: store.path, isDirectory: &isDirectory) else {
+            throw InspectorError.failure("no store at \(store.path): the directory does not exist")
+        }
+        guard isDirectory.boolValue else {
+            throw InspectorError.failure("no store at \(store.path): it is not a directory")
+        }
+        for area in ["pending", "failed"] {
+            guard FileManager.default.fileExists(atPath: store.appendingPathComponent(area).path, isDirectory: &isDirectory),
+                  isDirectory.boolValue else {
+                throw InspectorError.failure("\(store.path) is not a store directory: it has no \(area)/ directory")
+            }
+        }
+    }
+
+    /// The message of a store error, without its code tag, for people.
+    static func explain(_ error: PersistenceError) -> String {
+        var text = error.message
+        if let fileURL = error.fileURL { text += " (\(fileURL.path))" }
+        return text
+    }
+
+    /// Entries a read-only load could not use, as JSON.
+    static func json(_ entries: [LoadReport.Entry], area: String) -> [JSONValue] {
+        entries.map { entry in
+            .object([
+                ("area", .string(area)), ("name", .string(entry.name)),
+                ("code", .string(entry.code.name)), ("reason", .string(entry.reason)),
+            ])
+        }
+    }
+
+    /// Entries a read-only load could not use, as text lines.
+    static func lines(_ entries: [LoadReport.Entry], area: String) -> [String] {
+        entries.map { "  \(area)/\($0.name): \($0.reason)" }
+    }
+}

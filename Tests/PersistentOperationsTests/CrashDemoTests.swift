@@ -1,0 +1,30 @@
+import Foundation
+import Testing
+
+/// The crash-and-resume demo (`crash-demo` without a subcommand), run end to end.
+@Suite("Crash demo", .timeLimit(.minutes(2)))
+struct CrashDemoTests {
+    @Test func theDemoKillsTheAppTwiceAndReportsNothingLost() async throws {
+        // Given a small demo run: 8 uploads, 2 SIGKILLs
+        let result = try await onDedicatedThread {
+            try ChildApp.run("crash-demo", ["--count", "8", "--kills", "2", "--attempt-ms", "30"], timeout: 60)
+        }
+        // Then it exits with 0 after printing both kills, the relaunches and the tally
+        #expect(result.status == 0, "\(result.output)\n\(result.error)")
+        let lines = result.output.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+        #expect(lines.filter { $0.hasPrefix("*** SIGKILL app") }.count == 2)
+        #expect(lines.contains { $0.hasPrefix("[launch 3] app started") })
+        #expect(lines.contains { $0.hasPrefix("[launch 3] every upload finished") })
+        #expect(lines.contains { $0.hasPrefix("completed:") && $0.hasSuffix(" 7") })
+        #expect(lines.contains { $0.hasPrefix("failed:") && $0.contains(" 1  in the failed area with reason \"403 upload refused\"") })
+        #expect(lines.contains { $0.replacingOccurrences(of: " ", with: "") == "lost:0" })
+        #expect(lines.contains("started again after completion: 0"))
+        #expect(lines.last?.hasPrefix("OK:") == true)
+    }
+
+    @Test func theDemoRejectsAnUnknownOption() async throws {
+        let result = try await onDedicatedThread { try ChildApp.run("crash-demo", ["--frobnicate"]) }
+        #expect(result.status == 2)
+        #expect(result.error.contains("unknown option \"--frobnicate\""))
+    }
+}

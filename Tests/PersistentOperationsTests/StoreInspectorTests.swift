@@ -1,0 +1,247 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The `store-inspector` executable, run end to end on real store directories.
+@Suite("Store inspector", .timeLimit(.minutes(3)), .serialized)
+struct StoreInspectorTests {
+    static let corruptName = "00000000-0000-4000-8000-000000000001.record"
+
+    /// A store with two pending records (one with a payload that is not a property list), one
+    /// failed record, and a corrupt file in the pending area.
+    struct SampleStore {
+        let directory: TemporaryDirectory
+        var path: String { directory.store.path }
+        let first: OperationRecord
+        let second: OperationRecord
+        let failed: OperationRecord
+
+        init() throws {
+            directory = try TemporaryDirectory()
+            let store = try RecordStore(directory: directory.store)
+            var first = try makeRecord(index: 1, priority: 5)
+            first.tags = ["photos", "wifi-only"]
+            first.uniqueKey = "upload-1"
+            first.numberOfRetries = 2
+            first.numberOfAttempts = 3
+            first.nextAttemptAt = Date(timeIntervalSinceReferenceDate: 800_000_000.25)
+            var second = try makeRecord(index: 2)
+            second.typeIdentifier = "com.example.unregistered"
+            second.payload = Data("bplist00 but not really".utf8)
+            var failed = try makeRecord(index: 3)
+            try store.add(first)
+            try store.add(second)
+            try store.add(failed)
+            failed = try store.moveToFailed(failed, reason: "403 upload refused")
+            store.close()
+            try Data("not a record at all".utf8).write(to: directory.store.appendingPathComponent("pending/\(StoreInspectorTests.corruptName)"))
+            (self.first, self.second, self.failed) = (first, second, failed)
+        }
+
+        /// Every file under the store with its contents, to prove reading changed nothing.
+        func snapshot() throws -> [String: Data] {
+            var files: [String: Data] = [:]
+            let enumerator = FileManager.default.enumerator(atPath: path)
+            while let name = enumerator?.nextObject() as? String {
+                let full = path + "/" + name
+                var isDirectory: ObjCBool = false
+                if FileManager.default.fileExists(atPath: full, isDirectory: &isDirectory), !isDirectory.boolValue {
+                    files[name] = try Data(contentsOf: URL(fileURLWithPath: full))
+                }
+            }
+            return files
+        }
+    }
+
+    static func inspect(_ arguments: String...) async throws -> ProcessResult {
+        try await onDedicatedThread { try ChildApp.run("store-inspector", arguments) }
+    }
+
+    @Test func readingCommandsListShowAndCountRecordsAndReportACorruptFileWithoutChangingTheStore() async throws {
+        // Given a store with pending and failed records and a corrupt file
+        let sample = try SampleStore()
+        let before = try sample.snapshot()
+
+        // When list, failed and stats run, in JSON and as tables
+        let list = try await Self.inspect("list", sample.path, "--json")
+        let table = try await Self.inspect("list", "--store", sample.path)
+        let failed = try await Self.inspect("failed", sample.path, "--json")
+        let stats = try await Self.inspect("stats", sample.path, "--json")
+        let statsTable = try await Self.inspect("stats", sample.path)
+
+        // Then each succeeds and shows the records in run order with their fields
+        for result in [list, table, failed, stats, statsTable] {
+            #expect(result.status == 0, "\(result.error)")
+        }
+        let pending = try #require(try list.json()["pending"] as? [[String: Any]])
+        #expect(pending.map { $0["id"] as? String } == [sample.first.id, sample.second.id])
+        #expect(pending[0]["type"] as? String == "com.example.upload")
+        #expect(pending[0]["priority"] as? Int == 5)
+        #expect(pending[0]["retries"] as? Int == 2)
+        #expect(pending[0]["attempts"] as? Int == 3)
+        #expect(pending[0]["tags"] as? [String] == ["photos", "wifi-only"])
+        #expect(pending[0]["uniqueKey"] as? String == "upload-1")
+        #expect(pending[0]["nextAttempt"] as? String == "2026-05-09T06:13:20.250Z")
+        #expect(pending[1]["uniqueKey"] is NSNull)
+        let unreadable = try #require(try list.json()["unreadable"] as? [[String: Any]])
+        #expect(unreadable.map { $0["name"] as? String } == [Self.corruptName])
+        #expect(table.output.contains("UNIQUE KEY"))
+        #expect(table.output.contains(sample.first.id) && table.output.contains("photos,wifi-only"))
+        #expect(table.output.contains(Self.corruptName))
+
+        let failedRecords = try #require(try failed.json()["failed"] as? [[String: Any]])
+        #expect(failedRecords.map { $0["id"] as? String } == [sample.failed.id])
+        #expect(failedRecords.first?["failureReason"] as? String == "403 upload refused")
+
+        let counts = try stats.json()
+        #expect(counts["pending"] as? Int == 2)
+        #expect(counts["failed"] as? Int == 1)
+        #expect(counts["pendingByType"] as? [String: Int] == ["com.example.upload": 1, "com.example.unregistered": 1])
+        #expect((counts["unreadable"] as? [Any])?.count == 1)
+        #expect(counts["quarantined"] as? Int == 0)
+        #expect(statsTable.output.contains("pending") && statsTable.output.contains("com.example.unregistered 1"))
+
+        // And nothing in the store changed: the corrupt file was reported, not quarantined
+        #expect(try sample.snapshot() == before)
+    }
+
+    @Test func showPrintsEveryFieldAndThePayloadDecodedOnlyAfterVerification() async throws {
+        // Given a store with a readable payload and one that is not a property list
+        let sample = try SampleStore()
+
+        // When show runs on each
+        let shown = try await Self.inspect("show", sample.path, sample.first.id, "--json")
+        let garbage = try await Self.inspect("show", sample.path, sample.second.id, "--json")
+        let text = try await Self.inspect("show", sample.path, sample.failed.id)
+        let corrupt = try await Self.inspect("show", sample.path, String(Self.corruptName.prefix(36)))
+        let missing = try await Self.inspect("show", sample.path, UUID().uuidString)
+
+        // Then the payload's fields appear as generic values
+        #expect(shown.status == 0, "\(shown.error)")
+        let record = try shown.json()
+        #expect(record["area"] as? String == "pending")
+        #expect(record["enqueueSequence"] as? Int == 2)
+        let payload = try #require(record["payload"] as? [String: Any])
+        #expect(payload["url"] as? String == SamplePayload.example.url)
+        #expect(payload["attempt"] as? Int == 1)
+        #expect(payload["tags"] as? [String] == SamplePayload.example.tags)
+        #expect(payload["body"] as? String == "base64:" + SamplePayload.example.body.base64EncodedString())
+        // And a payload that fails verification is reported, not decoded
+        #expect(garbage.status == 0, "\(garbage.error)")
+        let unreadable = try #require(try garbage.json()["payload"] as? [String: Any])
+        #expect((unreadable["unreadable"] as? String)?.contains("not a valid property list") == true)
+        // And the text form shows the failed record with its reason
+        #expect(text.status == 0)
+        #expect(text.output.contains("area:") && text.output.contains("failed"))
+        #expect(text.output.contains("failureReason:") && text.output.contains("403 upload refused"))
+        // And a corrupt or unknown record is a clear error, not a crash
+        #expect(corrupt.status == 1)
+        #expect(corrupt.error.contains("cannot be read"))
+        #expect(missing.status == 1)
+        #expect(missing.error.contains("no pending or failed record"))
+    }
+
+    @Test func onAStoreAnAppHoldsReadingWorksAndChangingNamesTheHolder() async throws {
+        // Given a store the crash-demo app ran to the end: one upload in six is refused
+        let directory = try TemporaryDirectory()
+        let effects = directory.url.appendingPathComponent("effects.txt").path
+        let app = try await onDedicatedThread {
+            try ChildApp.run("crash-demo", ["app", "--store", directory.store.path, "--effects", effects, "--count", "6", "--attempt-ms", "5"])
+        }
+        #expect(app.status == 0, "\(app.error)")
+        // And another process holding it
+        let pipe = Pipe()
+        let holder = try ChildApp.launch(["hold", "--store", directory.store.path], output: pipe.fileHandleForWriting)
+        defer {
+            kill(holder.processIdentifier, SIGKILL)
+            holder.waitUntilExit()
+        }
+        let line = try await onDedicatedThread { () -> String in
+            String(decoding: pipe.fileHandleForReading.availableData, as: UTF8.self)
+        }
+        #expect(line.hasPrefix("holding"))
+
+        // When the inspector reads it, and then tries to change it
+        let failed = try await Self.inspect("failed", directory.store.path, "--json")
+        let stats = try await Self.inspect("stats", directory.store.path, "--json")
+        let retry = try await Self.inspect("retry-failed", directory.store.path, "--all")
+
+        // Then reading works and shows the refused upload with its reason
+        #expect(failed.status == 0, "\(failed.error)")
+        let records = try #require(try failed.json()["failed"] as? [[String: Any]])
+        #expect(records.map { $0["failureReason"] as? String } == ["403 upload refused"])
+        #expect(records.first?["type"] as? String == "demo.upload")
+        let id = try #require(records.first?["id"] as? String)
+        let shown = try await Self.inspect("show", directory.store.path, id, "--json")
+        #expect((try shown.json()["payload"] as? [String: Any])?["behaviour"] as? String == "refused")
+        #expect(try stats.json()["lockFileProcess"] as? Int == Int(holder.processIdentifier))
+        #expect(try stats.json()["lockFileProcessIsRunning"] as? Bool == true)
+        // And changing is refused with the holder's process id, leaving the record in place
+        #expect(retry.status == 1)
+        #expect(retry.error.contains("process \(holder.processIdentifier)"))
+        #expect(try directory.names(in: "failed") == ["\(id).record"])
+    }
+
+    @Test func retryFailedAndPurgeChangeTheFailedArea() async throws {
+        // Given a store with three failed records
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        var ids: [String] = []
+        for index in 0..<3 {
+            let record = try makeRecord(index: index)
+            try store.add(record)
+            ids.append(try store.moveToFailed(record, reason: "refused \(index)").id)
+        }
+        store.close()
+
+        // When one is retried and the others are purged
+        let retry = try await Self.inspect("retry-failed", directory.store.path, ids[0], "--json")
+        let purgeOne = try await Self.inspect("purge", directory.store.path, ids[1])
+        let purgeAll = try await Self.inspect("purge", "--store", directory.store.path, "--all", "--json")
+        let purgeMissing = try await Self.inspect("purge", directory.store.path, ids[1])
+
+        // Then the retried record is pending with a fresh budget and the failed area is empty
+        #expect(retry.status == 0, "\(retry.error)")
+        #expect(try retry.json()["re-queued"] as? [String] == [ids[0]])
+        #expect(purgeOne.status == 0, "\(purgeOne.error)")
+        #expect(purgeAll.status == 0, "\(purgeAll.error)")
+        #expect(try purgeAll.json()["purged"] as? [String] == [ids[2]])
+        let reader = try RecordStore(directory: directory.store, access: .readOnly)
+        let pending = try reader.loadPending().records
+        #expect(pending.map(\.id) == [ids[0]])
+        #expect(pending.first?.failureReason == nil)
+        #expect(try reader.loadFailed().records.isEmpty)
+        // And purging a record that is gone is a clear error
+        #expect(purgeMissing.status == 1)
+        #expect(purgeMissing.error.contains("There is no failed record"))
+    }
+
+    @Test func aMissingDirectoryOrABadCommandLineIsAClearError() async throws {
+        let directory = try TemporaryDirectory()
+        let missing = directory.url.appendingPathComponent("nowhere").path
+
+        let list = try await Self.inspect("list", missing)
+        let retry = try await Self.inspect("retry-failed", missing, "--all")
+        let notAStore = try await Self.inspect("stats", directory.url.path)
+        let usage = try await Self.inspect("list")
+        let unknown = try await Self.inspect("frobnicate", directory.url.path)
+
+        #expect(list.status == 1)
+        #expect(list.error.contains("does not exist"))
+        // A changing command does not create a store where there was none
+        #expect(retry.status == 1)
+        #expect(!FileManager.default.fileExists(atPath: missing))
+        #expect(notAStore.status == 1)
+        #expect(notAStore.error.contains("not a store directory"))
+        #expect(usage.status == 2)
+        #expect(usage.error.contains("usage: store-inspector"))
+        #expect(unknown.status == 2)
+        #expect(unknown.error.contains("unknown command frobnicate"))
+    }
+}
