@@ -58,8 +58,9 @@ package final class RecordStore: Sendable {
         var isClosed = false
         /// The last enqueue sequence handed out or seen on disk.
         var lastEnqueueSequence: UInt64 = 0
-        /// Whether `lastEnqueueSequence` accounts for every record on disk.
-        var hasScannedEnqueueSequences = false
+        /// The areas whose records on disk `lastEnqueueSequence` accounts for: those read
+        /// by a load or by the scan of ``nextEnqueueSequence()``.
+        var areasWithKnownEnqueueSequences: Set<StoreLayout.Area> = []
     }
 
     /// The store directory.
@@ -117,12 +118,14 @@ package final class RecordStore: Sendable {
 
     /// A new enqueue sequence number, greater than every one handed out or stored before.
     ///
-    /// The first call before any load reads the records on disk to find the largest.
+    /// The first call reads the records on disk to find the largest, except in the areas a
+    /// load has read already (after ``loadPending()``, only the failed area is read).
     package func nextEnqueueSequence() -> UInt64 {
         state.withLock { state in
-            if !state.hasScannedEnqueueSequences {
-                state.lastEnqueueSequence = max(state.lastEnqueueSequence, largestStoredEnqueueSequence())
-                state.hasScannedEnqueueSequences = true
+            let unread = [StoreLayout.Area.pending, .failed].filter { !state.areasWithKnownEnqueueSequences.contains($0) }
+            if !unread.isEmpty {
+                state.lastEnqueueSequence = max(state.lastEnqueueSequence, largestStoredEnqueueSequence(in: unread))
+                state.areasWithKnownEnqueueSequences.formUnion(unread)
             }
             state.lastEnqueueSequence += 1
             return state.lastEnqueueSequence
