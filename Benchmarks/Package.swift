@@ -21,6 +21,7 @@ let package = Package(
             name: "RetryingBenchmarks",
             dependencies: [
                 .product(name: "RetryingOperation", package: "RetryingOperation"),
+                .product(name: "PersistentOperations", package: "RetryingOperation"),
             ]
         ),
     ],

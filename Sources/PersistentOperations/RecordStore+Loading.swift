@@ -99,8 +99,10 @@ extension RecordStore {
                 }
             }
         }
-        if let largest = report.records.map(\.enqueueSequence).max() {
-            noteEnqueueSequence(largest)
+        let largest = report.records.map(\.enqueueSequence).max() ?? 0
+        state.withLock { state in
+            state.lastEnqueueSequence = max(state.lastEnqueueSequence, largest)
+            state.areasWithKnownEnqueueSequences.insert(area)
         }
         report.sortRecords()
         return report
@@ -171,10 +173,10 @@ extension RecordStore {
         return quarantineName
     }
 
-    /// The largest enqueue sequence among the readable pending and failed records.
-    func largestStoredEnqueueSequence() -> UInt64 {
+    /// The largest enqueue sequence among the readable records of `areas`.
+    func largestStoredEnqueueSequence(in areas: [StoreLayout.Area]) -> UInt64 {
         var largest: UInt64 = 0
-        for area in [StoreLayout.Area.pending, .failed] {
+        for area in areas {
             let names = (try? configuration.fileSystem.contentsOfDirectory(layout.path(of: area))) ?? []
             for name in names where !StoreLayout.isTemporaryFileName(name) {
                 if case .record(let record) = inspectEntry(name, in: area) {

@@ -58,8 +58,9 @@ package final class RecordStore: Sendable {
         var isClosed = false
         /// The last enqueue sequence handed out or seen on disk.
         var lastEnqueueSequence: UInt64 = 0
-        /// Whether `lastEnqueueSequence` accounts for every record on disk.
-        var hasScannedEnqueueSequences = false
+        /// The areas whose records on disk `lastEnqueueSequence` accounts for: those read
+        /// by a load or by the scan of ``nextEnqueueSequence()``.
+        var areasWithKnownEnqueueSequences: Set<StoreLayout.Area> = []
     }
 
     /// The store directory.
@@ -117,12 +118,14 @@ package final class RecordStore: Sendable {
 
     /// A new enqueue sequence number, greater than every one handed out or stored before.
     ///
-    /// The first call before any load reads the records on disk to find the largest.
+    /// The first call reads the records on disk to find the largest, except in the areas a
+    /// load has read already (after ``loadPending()``, only the failed area is read).
     package func nextEnqueueSequence() -> UInt64 {
         state.withLock { state in
-            if !state.hasScannedEnqueueSequences {
-                state.lastEnqueueSequence = max(state.lastEnqueueSequence, largestStoredEnqueueSequence())
-                state.hasScannedEnqueueSequences = true
+            let unread = [StoreLayout.Area.pending, .failed].filter { !state.areasWithKnownEnqueueSequences.contains($0) }
+            if !unread.isEmpty {
+                state.lastEnqueueSequence = max(state.lastEnqueueSequence, largestStoredEnqueueSequence(in: unread))
+                state.areasWithKnownEnqueueSequences.formUnion(unread)
             }
             state.lastEnqueueSequence += 1
             return state.lastEnqueueSequence
@@ -166,12 +169,19 @@ package final class RecordStore: Sendable {
         try synchronize(.pending, changing: path)
     }
 
-    /// Removes a pending record durably, after its operation succeeded or was cancelled.
+    /// Removes a pending record, after its operation succeeded or was cancelled.
+    ///
+    /// The removal survives a process crash as soon as this returns, but the directory is not
+    /// synced for it: it reaches the disk with the next sync of the pending directory (every
+    /// add and update makes one) or the file system's own periodic commit. A power cut before
+    /// then may bring the record back, and its operation runs again — the at-least-once
+    /// guarantee allows that, and not waiting for a directory sync here roughly halves the
+    /// disk syncs of an operation's lifecycle (add, run, remove).
     ///
     /// - Throws: ``PersistenceError/Code/recordNotFound``, ``PersistenceError/Code/writeFailed``.
     package func removePending(id: String) throws {
         try checkWritable()
-        try remove(id, from: .pending)
+        try remove(id, from: .pending, synchronizes: false)
     }
 
     /// Moves a pending record to the failed area with `reason`, and returns it as stored there.
@@ -242,8 +252,8 @@ package final class RecordStore: Sendable {
         }
     }
 
-    /// Unlinks a record and syncs its area.
-    func remove(_ id: String, from area: StoreLayout.Area) throws {
+    /// Unlinks a record and, unless `synchronizes` is `false`, syncs its area.
+    func remove(_ id: String, from area: StoreLayout.Area, synchronizes: Bool = true) throws {
         let path = try existingRecordPath(id, in: area)
         do {
             try configuration.fileSystem.unlink(path)
@@ -251,7 +261,9 @@ package final class RecordStore: Sendable {
             try checkAreaExists(area)
             throw writeFailed("Could not remove the record file.", path: path, error: error)
         }
-        try synchronize(area, changing: path)
+        if synchronizes {
+            try synchronize(area, changing: path)
+        }
     }
 
     /// Renames a record file to another area, keeping its name, and syncs both areas.

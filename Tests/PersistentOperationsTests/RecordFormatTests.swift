@@ -6,6 +6,8 @@ import Testing
 struct RecordFormatTests {
     @Test func crc32MatchesTheStandardCheckValue() {
         #expect(CRC32.checksum(of: Array("123456789".utf8)) == 0xCBF4_3926)
+        #expect(CRC32.checksum(of: Data("123456789".utf8)) == 0xCBF4_3926)
+        #expect(CRC32.checksum(of: "123456789".utf8.lazy.map { $0 }) == 0xCBF4_3926)
     }
 
     @Test func aRecordWithEveryFieldSetReadsBackEqual() throws {

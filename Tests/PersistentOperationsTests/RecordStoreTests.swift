@@ -147,6 +147,33 @@ struct RecordStoreTests {
         #expect(store.nextEnqueueSequence() == 101)
     }
 
+    @Test func aSequenceHandedOutAfterLoadingDoesNotReadThePendingRecordsAgain() throws {
+        // Given a store with the largest sequence in the pending area and a smaller one failed
+        let directory = try TemporaryDirectory()
+        do {
+            let store = try RecordStore(directory: directory.store)
+            try store.add(try makeRecord(index: 1, sequence: 150))
+            let failed = try makeRecord(index: 2, sequence: 99)
+            try store.add(failed)
+            _ = try store.moveToFailed(failed, reason: "gave up")
+        }
+        // And a new store that counts how often pending record files are opened
+        let pendingOpens = Locked(0)
+        var fileSystem = FileSystem.system
+        fileSystem.open = { path, flags, mode in
+            if path.contains("/pending/"), path.hasSuffix(".record") { pendingOpens.withLock { $0 += 1 } }
+            return try FileSystem.system.open(path, flags, mode)
+        }
+        let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: fileSystem))
+        // When it loads the pending area and then hands out a sequence
+        #expect(try store.loadPending().records.count == 1)
+        let opensAfterLoad = pendingOpens.withLock { $0 }
+        // Then the sequence is above every stored one, and the pending record was read once
+        #expect(store.nextEnqueueSequence() == 151)
+        #expect(opensAfterLoad == 1)
+        #expect(pendingOpens.withLock { $0 } == 1)
+    }
+
     @Test(.serialized, arguments: [mode_t(0), 0o022])
     func directoriesAre0700AndFilesAre0600WhateverTheUmask(umaskValue: mode_t) throws {
         // Given a permissive umask

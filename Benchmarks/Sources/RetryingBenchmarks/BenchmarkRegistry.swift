@@ -1,12 +1,14 @@
 /// Every benchmark of the suite, in the order they run.
 ///
 /// To add one, write a type conforming to ``Benchmark`` in `Workloads/` and list it here.
-/// P3–P5 and the store's record size (P7) belong to `PersistentOperations` and are added
-/// with its `PersistentOperationQueue`.
+/// P3–P5 and the record size row of P7 measure `PersistentOperations` through its public API.
 enum BenchmarkRegistry {
     static let all: [any Benchmark] = [
         AsyncThroughputBenchmark(),   // P1
         RetryLatenessBenchmark(),     // P2
+        DurableThroughputBenchmark(), // P3
+        AddScalingBenchmark(),        // P4
+        RestoreBenchmark(),           // P5
         IdleWaitBenchmark(),          // P6
         PayloadFormatBenchmark(),     // P7
     ]

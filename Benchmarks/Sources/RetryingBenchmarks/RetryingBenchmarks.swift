@@ -5,9 +5,13 @@ import Foundation
 @main
 enum RetryingBenchmarks {
     static func main() {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if arguments.first == RestoreBenchmark.childCommand {
+            RestoreBenchmark.runChild(Array(arguments.dropFirst()))
+        }
         let options: Options
         do {
-            options = try Options(arguments: Array(CommandLine.arguments.dropFirst()))
+            options = try Options(arguments: arguments)
         } catch {
             printError("error: \(error)\n\n\(Options.usage)")
             exit(64)

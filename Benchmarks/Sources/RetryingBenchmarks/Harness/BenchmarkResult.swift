@@ -56,13 +56,19 @@ enum BenchmarkUnit: String, Sendable, Codable {
     case milliseconds = "ms"
     case microseconds = "µs"
     case bytes
+    /// Mebibytes (2^20 bytes), for memory figures.
+    case megabytes = "MB"
+    /// Operations per second, for throughputs.
+    case operationsPerSecond = "ops/s"
 
     /// `value` with as many decimals as a reader needs, and the unit.
     func format(_ value: Double) -> String {
         switch self {
         case .bytes:
             return "\(Int(value.rounded())) B"
-        case .seconds, .milliseconds, .microseconds:
+        case .operationsPerSecond:
+            return "\(Int(value.rounded()).groupedDigits) \(rawValue)"
+        case .seconds, .milliseconds, .microseconds, .megabytes:
             return "\(BenchmarkUnit.formatNumber(value)) \(rawValue)"
         }
     }

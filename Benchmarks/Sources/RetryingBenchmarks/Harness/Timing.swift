@@ -23,6 +23,13 @@ enum Timing {
         return seconds(from: start, to: now())
     }
 
+    /// The CPU time (user + system) the calling thread has used so far, in seconds.
+    static func threadCPUSeconds() -> Double {
+        var time = timespec()
+        guard clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time) == 0 else { return .nan }
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+    }
+
     /// The CPU time (user + system, all threads) this process has used so far, in seconds.
     static func processCPUSeconds() -> Double {
         var time = timespec()

@@ -8,9 +8,10 @@ import Foundation
 /// binary form, against `JSONEncoder` as the reference. Each coder runs a batch of
 /// encodes, then a batch of decodes, in interleaved rounds; the medians per call are
 /// compared. Whether each format gives back an equal payload is checked and reported.
+/// Last, the size of the record file a `PersistentOperationQueue` writes for the payload.
 struct PayloadFormatBenchmark: Benchmark {
     let id = "P7"
-    let title = "typical payload: XML vs binary property list (JSON as reference), size and coding cost"
+    let title = "typical payload: XML vs binary property list (JSON as reference), size and coding cost; the store's record size"
 
     func run(in context: BenchmarkContext) throws -> [BenchmarkResult] {
         let batch = context.size(full: 20_000, smoke: 1_000)
@@ -77,6 +78,16 @@ struct PayloadFormatBenchmark: Benchmark {
                     : nil
             ))
         }
+        let record = try StoreFixture.typicalRecordFileSize()
+        let binaryPayload = encoded[.binaryPropertyList]!.count
+        rows.append(BenchmarkResult(
+            id: "\(id).record.size",
+            name: "record file of the typical payload, as the queue stores it",
+            value: Double(record.bytes),
+            unit: .bytes,
+            note: "written with PersistentOperationQueue.addOperation; 20-byte header + binary plist envelope holding the payload "
+                + "(\(binaryPayload) B as a binary plist by itself); \(record.allocatedBytes) B allocated on this file system"
+        ))
         return rows
     }
 }

@@ -1,0 +1,240 @@
+import Foundation
+import PersistentOperations
+import RetryingOperation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// What the store benchmarks (P3, P4, P5 and P7's record size) share: the stored operation,
+// temporary store directories, waiting for one operation's outcome, writing many records
+// through the public API, and the raw durable write P3 compares with.
+
+/// The operation the store benchmarks store: a typical payload, and an attempt that
+/// succeeds at once.
+final class StoredBenchmarkOperation: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    // @unchecked: the only stored property is a constant.
+    static let persistenceIdentifier = "benchmarks.typical-payload"
+    let payload: TypicalPayload
+
+    init(payload: TypicalPayload) {
+        self.payload = payload
+        super.init()
+    }
+
+    override var isAsynchronous: Bool { true }
+
+    override func startBaseOperation(isRetry: Bool) {
+        baseOperationEnded()
+    }
+}
+
+/// A fresh directory under the temporary directory (on the same disk as everything else
+/// the benchmarks write), removed by ``remove()``.
+struct TemporaryDirectory {
+    let url: URL
+
+    init(_ label: String) throws {
+        url = FileManager.default.temporaryDirectory
+            .appendingPathComponent("retrying-benchmarks-\(label)-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+
+    /// Removes the directory and everything in it (one level of subdirectories, as a store
+    /// has), unlinking files directly: much faster than `FileManager` for 100,000 files.
+    func remove() {
+        let root = url.path
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [] {
+            let path = root + "/" + name
+            for child in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] {
+                unlink(path + "/" + child)
+            }
+            if rmdir(path) != 0 { unlink(path) }
+        }
+        try? FileManager.default.removeItem(at: url)
+    }
+}
+
+/// Lets a thread wait for the outcome of one operation of a queue, through the queue's
+/// public events.
+final class OutcomeWaiter: @unchecked Sendable {
+    // @unchecked: `finished` is only touched while `condition` is locked.
+    private let condition = NSCondition()
+    private var finished: Set<PersistentOperationID> = []
+
+    /// Installs the waiter as `queue`'s event handler.
+    init(queue: PersistentOperationQueue) {
+        queue.eventHandler = { [weak self] event in
+            switch event {
+            case .succeeded(let id), .cancelled(let id), .failed(let id, _):
+                self?.noteFinished(id)
+            default:
+                break
+            }
+        }
+    }
+
+    private func noteFinished(_ id: PersistentOperationID) {
+        condition.lock()
+        finished.insert(id)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Returns once the operation `id` has succeeded, failed or been cancelled, which the
+    /// queue reports after removing or moving its record.
+    func wait(for id: PersistentOperationID) throws {
+        let deadline = Date(timeIntervalSinceNow: 60)
+        condition.lock()
+        defer { condition.unlock() }
+        while finished.remove(id) == nil {
+            guard condition.wait(until: deadline) else {
+                throw BenchmarkFailure("operation \(id) did not finish within 60 s")
+            }
+        }
+    }
+}
+
+/// Store set-up through the public API.
+enum StoreFixture {
+    /// A queue on `directory` with the benchmark type registered.
+    static func openQueue(_ directory: URL, suspended: Bool) throws -> PersistentOperationQueue {
+        let operationQueue = OperationQueue()
+        operationQueue.isSuspended = suspended
+        let queue = try PersistentOperationQueue(directory: directory, operationQueue: operationQueue)
+        queue.register(StoredBenchmarkOperation.self)
+        return queue
+    }
+
+    /// Adds `count` typical operations to `queue` from `producers` threads at once (the
+    /// queue shares directory syncs among concurrent adds, so this is much faster than one
+    /// thread).
+    static func add(_ count: Int, to queue: PersistentOperationQueue, producers: Int = 8) throws {
+        try onThreads(producers) { producer in
+            for _ in 0..<share(of: count, for: producer, among: producers) {
+                try queue.addOperation(StoredBenchmarkOperation(payload: .example))
+            }
+        }
+    }
+
+    /// Writes `count` pending records of the typical payload to a new store at `directory`
+    /// with a suspended queue, from `producers` threads, then closes it.
+    static func writePendingRecords(_ count: Int, to directory: URL, producers: Int = 8) throws {
+        let queue = try openQueue(directory, suspended: true)
+        try add(count, to: queue, producers: producers)
+        queue.close()
+    }
+
+    /// The record files in the store's pending area.
+    static func pendingRecordFiles(_ directory: URL) throws -> [URL] {
+        try FileManager.default.contentsOfDirectory(
+            at: directory.appendingPathComponent("pending"), includingPropertiesForKeys: nil
+        ).filter { $0.pathExtension == "record" }
+    }
+
+    /// The bytes of the record file of one typical operation, as the queue stores it.
+    static func typicalRecordFile() throws -> Data {
+        try withTypicalRecordFile { try Data(contentsOf: $0) }
+    }
+
+    /// The size of the record file of one typical operation, and the disk space it takes.
+    static func typicalRecordFileSize() throws -> (bytes: Int, allocatedBytes: Int) {
+        try withTypicalRecordFile { file in
+            var status = stat()
+            guard stat(file.path, &status) == 0 else { throw BenchmarkFailure("cannot stat \(file.path)") }
+            return (Int(status.st_size), Int(status.st_blocks) * 512)
+        }
+    }
+
+    /// Stores one typical operation in a new store and passes its record file to `body`.
+    private static func withTypicalRecordFile<Result>(_ body: (URL) throws -> Result) throws -> Result {
+        let directory = try TemporaryDirectory("record")
+        defer { directory.remove() }
+        try writePendingRecords(1, to: directory.url)
+        let files = try pendingRecordFiles(directory.url)
+        guard files.count == 1 else {
+            throw BenchmarkFailure("expected one record file, found \(files.count)")
+        }
+        return try body(files[0])
+    }
+}
+
+/// The part of `total` that thread `index` of `threads` takes on.
+func share(of total: Int, for index: Int, among threads: Int) -> Int {
+    total / threads + (index < total % threads ? 1 : 0)
+}
+
+/// Runs `body(0)` … `body(count - 1)` on `count` threads of their own, all at once, and
+/// returns when all have returned; rethrows the first error.
+///
+/// Not `DispatchQueue.concurrentPerform`, which runs only as many at once as there are
+/// cores: a producer blocked in a disk sync must not hold back the others.
+func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) throws -> Void) throws {
+    let group = DispatchGroup()
+    let errors = Locked<[String]>([])
+    for index in 0..<count {
+        group.enter()
+        let thread = Thread {
+            do {
+                try body(index)
+            } catch {
+                errors.withLock { $0.append("\(error)") }
+            }
+            group.leave()
+        }
+        thread.start()
+    }
+    group.wait()
+    if let error = errors.withLock({ $0.first }) {
+        throw BenchmarkFailure("a producer thread failed: \(error)")
+    }
+}
+
+/// A value any thread may read or change, one at a time.
+final class Locked<Value: Sendable>: @unchecked Sendable {
+    // @unchecked: `value` is only touched while `lock` is held.
+    private let lock = NSLock()
+    private var value: Value
+
+    init(_ value: Value) {
+        self.value = value
+    }
+
+    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}
+
+/// The durable write a store has to do at the least: write a new file, sync it, rename it
+/// into place, sync the directory — the same steps as adding a record, without anything
+/// else.
+enum RawDurableWrite {
+    /// Writes `bytes` durably to `directory/name`, through a temporary file.
+    static func writeFile(_ bytes: Data, to directory: String, name: String) throws {
+        let temporary = directory + "/." + name + ".tmp"
+        let descriptor = open(temporary, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw failure("open") }
+        let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        guard written == bytes.count else { close(descriptor); throw failure("write") }
+        guard fsync(descriptor) == 0 else { close(descriptor); throw failure("fsync") }
+        guard close(descriptor) == 0 else { throw failure("close") }
+        guard rename(temporary, directory + "/" + name) == 0 else { throw failure("rename") }
+        try synchronizeDirectory(directory)
+    }
+
+    /// Syncs the directory at `path`, making renames and unlinks in it durable.
+    static func synchronizeDirectory(_ path: String) throws {
+        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw failure("open directory") }
+        defer { close(descriptor) }
+        guard fsync(descriptor) == 0 else { throw failure("fsync directory") }
+    }
+
+    private static func failure(_ call: String) -> BenchmarkFailure {
+        BenchmarkFailure("\(call) failed: \(String(cString: strerror(errno)))")
+    }
+}
