@@ -39,6 +39,8 @@ do {
         let queue = try PersistentOperationQueue(directory: URL(fileURLWithPath: store))
         FileHandle.standardOutput.write(Data("holding \(queue.directory.path)\n".utf8))
         while true { sleep(60) }
+    case "soak":
+        exit(try SoakCommand(arguments: Array(arguments.dropFirst())).run() ? 0 : 1)
     default:
         try DemoCommand(arguments: arguments).run()
     }
