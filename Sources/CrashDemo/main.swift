@@ -41,6 +41,9 @@ do {
         while true { sleep(60) }
     case "soak":
         exit(try SoakCommand(arguments: Array(arguments.dropFirst())).run() ? 0 : 1)
+    case "durability-probe":
+        guard let store = option("--store") else { fail("usage: crash-demo durability-probe --store DIR") }
+        try DurabilityProbeCommand(store: URL(fileURLWithPath: store)).run()
     default:
         try DemoCommand(arguments: arguments).run()
     }
