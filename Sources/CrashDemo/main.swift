@@ -44,6 +44,10 @@ do {
     case "durability-probe":
         guard let store = option("--store") else { fail("usage: crash-demo durability-probe --store DIR") }
         try DurabilityProbeCommand(store: URL(fileURLWithPath: store)).run()
+    case "restore-report":
+        guard let store = option("--store") else { fail("usage: crash-demo restore-report --store DIR") }
+        try RestoreReportCommand(store: URL(fileURLWithPath: store)).run()
+        exit(0)
     default:
         try DemoCommand(arguments: arguments).run()
     }
