@@ -209,6 +209,8 @@ extension PersistentOperationQueue {
     ///   record, and write errors.
     public func retryFailedOperation(withID id: PersistentOperationID) throws {
         try checkOpen()
+        failedAreaLock.lock()
+        defer { failedAreaLock.unlock() }
         let record = try store.requeueFailed(id: id.rawValue)
         schedule(requeued: [record])
     }
@@ -222,6 +224,8 @@ extension PersistentOperationQueue {
     @discardableResult
     public func retryAllFailedOperations() throws -> [PersistentOperationID] {
         try checkOpen()
+        failedAreaLock.lock()
+        defer { failedAreaLock.unlock() }
         let records = try store.requeueAllFailed()
         schedule(requeued: records)
         return records.map { PersistentOperationID(record: $0.id) }
