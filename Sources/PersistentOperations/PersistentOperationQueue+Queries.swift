@@ -184,7 +184,10 @@ extension PersistentOperationQueue {
     /// for failed in try queue.failedOperations() { print(failed.id, failed.reason) }
     /// ```
     public func failedOperations() throws -> [FailedOperationInfo] {
-        try store.loadFailed().records.map { record in
+        // Loading finishes interrupted moves; it must not see a re-queue halfway.
+        failedAreaLock.lock()
+        defer { failedAreaLock.unlock() }
+        return try store.loadFailed().records.map { record in
             FailedOperationInfo(
                 id: PersistentOperationID(record: record.id),
                 typeIdentifier: record.typeIdentifier,
@@ -238,6 +241,8 @@ extension PersistentOperationQueue {
     /// ```
     public func purgeFailedOperation(withID id: PersistentOperationID) throws {
         try checkOpen()
+        failedAreaLock.lock()
+        defer { failedAreaLock.unlock() }
         try store.purgeFailed(id: id.rawValue)
     }
 
@@ -249,6 +254,8 @@ extension PersistentOperationQueue {
     @discardableResult
     public func purgeAllFailedOperations() throws -> Int {
         try checkOpen()
+        failedAreaLock.lock()
+        defer { failedAreaLock.unlock() }
         return try store.purgeAllFailed()
     }
 

@@ -64,9 +64,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     let state = Locked(State())
     /// Serialises adds that carry a unique key, so two cannot both see the key free.
     let uniqueKeyLock = NSLock()
-    /// Serialises moving a finished operation's record to the failed area (until the queue
-    /// forgets the operation) with re-queueing failed records, so a retry never re-tracks a
-    /// record whose operation is still tracked.
+    /// Serialises changes to the failed area: moving a finished operation's record there
+    /// (until the queue forgets the operation), re-queueing, purging and loading it (which
+    /// finishes interrupted moves), so none of them sees another halfway.
     let failedAreaLock = NSLock()
     /// Signalled whenever an operation leaves the queue.
     let finishedCondition = NSCondition()
