@@ -73,12 +73,14 @@ struct SoakCommand {
         for cycle in 0..<cycles {
             let addsCrasher = crasherEvery > 0 && cycle % crasherEvery == crasherEvery / 2
             if addsCrasher { crasherLaunches += 1 }
-            let phase = Phase.allCases.randomElement(using: &random)!
+            let randomPhase = Phase.allCases.randomElement(using: &random)!
+            // A crasher is added last: a crasher cycle waits for its acknowledgement, then
+            // kills during an attempt.
+            let phase = addsCrasher ? .attempt : randomPhase
             let launchCount = (cycle + 1) * count
             let end = try runCycle(
                 arguments: appArguments(store: store, effects: effects, count: launchCount, crasher: addsCrasher),
                 effects: effects, errors: errors, phase: phase,
-                // A crasher is added last: kill after it is acknowledged, or it is rarely added.
                 after: addsCrasher ? "ack \(launchCount) " : nil, random: &random
             )
             if case .exited(let status) = end, status != 0 {
@@ -91,11 +93,11 @@ struct SoakCommand {
             temporaryFilesAfterKills += temporaryFiles(in: store).count
         }
 
-        // Then let it finish: a pending crasher may still kill up to `crashLoopLimit` launches.
+        // Then let it finish: each pending crasher may still kill up to `crashLoopLimit` launches.
         let finalCount = cycles * count
         var finalLaunches = 0
         var finished = false
-        while !finished && finalLaunches <= crashLoopLimit + 1 {
+        while !finished && finalLaunches <= (crasherLaunches + 1) * crashLoopLimit + 1 {
             finalLaunches += 1
             let app = try launch(appArguments(store: store, effects: effects, count: finalCount, crasher: false), errors: errors)
             guard waitForExit(app, timeout: 300) else {
@@ -166,12 +168,12 @@ struct SoakCommand {
     ) throws -> CycleEnd {
         let tail = JournalTail(path: effects)
         let app = try launch(arguments, errors: errors)
-        var deadline = Date().addingTimeInterval(2)
-        if let prerequisite {
-            _ = tail.waitForLine(startingWith: prerequisite, while: app, until: Date().addingTimeInterval(30))
-            deadline = Date().addingTimeInterval(2)
-            tail.skipSeenLines()
+        // Restoring a large backlog takes a while: the other phases come after it.
+        let prerequisites = phase == .restore ? [] : ["launch "] + (prerequisite.map { [$0] } ?? [])
+        for line in prerequisites {
+            _ = tail.waitForLine(startingWith: line, while: app, until: Date().addingTimeInterval(60))
         }
+        let deadline = Date().addingTimeInterval(2)
         var reached = false
         switch phase {
         case .restore:
@@ -287,12 +289,6 @@ final class JournalTail {
             usleep(300)
         }
         return false
-    }
-
-    /// Makes the next wait look only at lines appended from now on.
-    func skipSeenLines() {
-        poll()
-        checked = lines.count
     }
 }
 
