@@ -39,6 +39,15 @@ do {
         let queue = try PersistentOperationQueue(directory: URL(fileURLWithPath: store))
         FileHandle.standardOutput.write(Data("holding \(queue.directory.path)\n".utf8))
         while true { sleep(60) }
+    case "soak":
+        exit(try SoakCommand(arguments: Array(arguments.dropFirst())).run() ? 0 : 1)
+    case "durability-probe":
+        guard let store = option("--store") else { fail("usage: crash-demo durability-probe --store DIR") }
+        try DurabilityProbeCommand(store: URL(fileURLWithPath: store)).run()
+    case "restore-report":
+        guard let store = option("--store") else { fail("usage: crash-demo restore-report --store DIR") }
+        try RestoreReportCommand(store: URL(fileURLWithPath: store)).run()
+        exit(0)
     default:
         exit(try DemoCommand(options: DemoOptions(arguments: arguments)).run())
     }

@@ -184,7 +184,10 @@ extension PersistentOperationQueue {
     /// for failed in try queue.failedOperations() { print(failed.id, failed.reason) }
     /// ```
     public func failedOperations() throws -> [FailedOperationInfo] {
-        try store.loadFailed().records.map { record in
+        // Loading finishes interrupted moves; it must not see a re-queue halfway.
+        failedAreaLock.lock()
+        defer { failedAreaLock.unlock() }
+        return try store.loadFailed().records.map { record in
             FailedOperationInfo(
                 id: PersistentOperationID(record: record.id),
                 typeIdentifier: record.typeIdentifier,
@@ -209,6 +212,8 @@ extension PersistentOperationQueue {
     ///   record, and write errors.
     public func retryFailedOperation(withID id: PersistentOperationID) throws {
         try checkOpen()
+        failedAreaLock.lock()
+        defer { failedAreaLock.unlock() }
         let record = try store.requeueFailed(id: id.rawValue)
         schedule(requeued: [record])
     }
@@ -222,6 +227,8 @@ extension PersistentOperationQueue {
     @discardableResult
     public func retryAllFailedOperations() throws -> [PersistentOperationID] {
         try checkOpen()
+        failedAreaLock.lock()
+        defer { failedAreaLock.unlock() }
         let records = try store.requeueAllFailed()
         schedule(requeued: records)
         return records.map { PersistentOperationID(record: $0.id) }
@@ -234,6 +241,8 @@ extension PersistentOperationQueue {
     /// ```
     public func purgeFailedOperation(withID id: PersistentOperationID) throws {
         try checkOpen()
+        failedAreaLock.lock()
+        defer { failedAreaLock.unlock() }
         try store.purgeFailed(id: id.rawValue)
     }
 
@@ -245,6 +254,8 @@ extension PersistentOperationQueue {
     @discardableResult
     public func purgeAllFailedOperations() throws -> Int {
         try checkOpen()
+        failedAreaLock.lock()
+        defer { failedAreaLock.unlock() }
         return try store.purgeAllFailed()
     }
 

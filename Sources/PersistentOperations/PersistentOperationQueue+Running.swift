@@ -198,6 +198,8 @@ extension PersistentOperationQueue {
     func operationFinished(_ id: String, outcome: RetryingOperation.Outcome) {
         guard let record = state.withLock({ $0.entries[id]?.record }) else { return }
         let operationID = PersistentOperationID(record: id)
+        var isFailedAreaLocked = false
+        defer { if isFailedAreaLocked { failedAreaLock.unlock() } }
         do {
             switch outcome {
             case .succeeded:
@@ -207,6 +209,9 @@ extension PersistentOperationQueue {
                 try store.removePending(id: id)
                 hub.emit(.cancelled(operationID))
             case .failed(let error):
+                // Held until `forget` below, so that no retry re-tracks the record meanwhile.
+                failedAreaLock.lock()
+                isFailedAreaLocked = true
                 var failed = record
                 failed.lastErrorDescription = String(describing: error)
                 let reason = String(describing: error)

@@ -64,6 +64,10 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     let state = Locked(State())
     /// Serialises adds that carry a unique key, so two cannot both see the key free.
     let uniqueKeyLock = NSLock()
+    /// Serialises changes to the failed area: moving a finished operation's record there
+    /// (until the queue forgets the operation), re-queueing, purging and loading it (which
+    /// finishes interrupted moves), so none of them sees another halfway.
+    let failedAreaLock = NSLock()
     /// Signalled whenever an operation leaves the queue.
     let finishedCondition = NSCondition()
 

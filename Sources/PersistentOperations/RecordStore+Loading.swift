@@ -89,6 +89,8 @@ extension RecordStore {
             case .newerVersion(let reason):
                 report.skipped.append(LoadReport.Entry(name: name, reason: reason, code: .unsupportedFormatVersion))
             case .bad(let reason, let code):
+                // Gone since the listing (removed by a change in flight): nothing to quarantine.
+                if (try? configuration.fileSystem.linkStatus(layout.path(ofEntry: name, in: area))) == nil { continue }
                 var entry = LoadReport.Entry(name: name, reason: reason, code: code)
                 if access == .readWrite {
                     try checkWritable()

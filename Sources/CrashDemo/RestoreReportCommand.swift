@@ -1,0 +1,45 @@
+import Foundation
+import PersistentOperations
+
+/// Restores a store without running anything and prints the restore report as JSON, so a
+/// test can feed a store of damaged files to a process of its own: if anything in restore
+/// trapped, the child would die, not the test runner.
+///
+///     crash-demo restore-report --store DIR
+///
+/// Output: `{"restored": [ID], "quarantined": [{"name", "reason"}], "newerFormatVersions":
+/// [{"name", "reason"}], "unknownTypes": [ID], "movedToFailedAfterCrashes": [ID]}`.
+struct RestoreReportCommand {
+    var store: URL
+
+    struct Output: Encodable {
+        struct Entry: Encodable {
+            var name: String
+            var reason: String
+        }
+
+        var restored: [String]
+        var quarantined: [Entry]
+        var newerFormatVersions: [Entry]
+        var unknownTypes: [String]
+        var movedToFailedAfterCrashes: [String]
+    }
+
+    func run() throws {
+        let operationQueue = OperationQueue()
+        operationQueue.isSuspended = true
+        let queue = try PersistentOperationQueue(directory: store, operationQueue: operationQueue)
+        queue.register(DemoUpload.self)
+        let report = try queue.restore()
+        queue.close()
+        let output = Output(
+            restored: report.restored.map(\.rawValue),
+            quarantined: report.quarantined.map { Output.Entry(name: $0.name, reason: $0.reason) },
+            newerFormatVersions: report.newerFormatVersions.map { Output.Entry(name: $0.name, reason: $0.reason) },
+            unknownTypes: report.unknownTypes.map(\.id.rawValue),
+            movedToFailedAfterCrashes: report.movedToFailedAfterCrashes.map(\.rawValue)
+        )
+        FileHandle.standardOutput.write(try JSONEncoder().encode(output))
+        FileHandle.standardOutput.write(Data("\n".utf8))
+    }
+}

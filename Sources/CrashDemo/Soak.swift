@@ -1,0 +1,333 @@
+import Foundation
+import PersistentOperations
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The crash soak: launches the child `app` against one store again and again, SIGKILLs it at
+/// a moment aimed at one phase of its work, then lets it finish and checks the at-least-once
+/// contract over the whole journal (see ``SoakVerifier``).
+///
+///     crash-demo soak [--cycles N] [--count M] [--seed S] [--directory DIR]
+///                     [--crasher-every K] [--crash-loop-limit L] [--attempt-ms MS]
+///
+/// Every cycle launches the app with `--count` raised by M, so each launch adds M new uploads
+/// (succeeding, counted and uncounted retrying, refused) on top of the backlog; every K-th
+/// cycle also adds an upload that kills its own process (`--crasher`). The store, the effects
+/// journal and the apps' standard error stay in DIR (default: a new temporary directory,
+/// deleted when every check passed). Exits 0 when every check passed, 1 otherwise.
+struct SoakCommand {
+    var cycles = 50
+    var count = 6
+    var seed = UInt64.random(in: 1...UInt64.max)
+    var directory: URL?
+    var crasherEvery = 25
+    var crashLoopLimit = PersistentOperationQueue.Configuration.defaultCrashLoopLimit
+    var attemptMilliseconds = 30
+
+    /// Where in the app's work a kill is aimed.
+    enum Phase: String, CaseIterable {
+        /// 0–20 ms after launch: while the process starts and restores.
+        case restore
+        /// On the first `ack` of the launch: while uploads are being added.
+        case adds
+        /// 0–attempt ms after a `start`: while an attempt runs.
+        case attempt
+        /// 5–60 ms after a `retry`: while an operation waits for its next attempt.
+        case retryWait = "retry-wait"
+        /// On a `done`: while the finished operation's record is being removed.
+        case removal
+    }
+
+    /// How one cycle ended.
+    enum CycleEnd {
+        case killed(Phase)
+        /// The aimed-at moment did not come within the time limit; killed anyway.
+        case killedLate(Phase)
+        /// The app died by itself (the crasher's SIGKILL) before the kill.
+        case diedByItself(signal: Int32)
+        /// The app finished its work before the kill.
+        case exited(status: Int32)
+    }
+
+    func run() throws -> Bool {
+        let started = Date()
+        let workDirectory = directory ?? FileManager.default.temporaryDirectory
+            .appendingPathComponent("crash-soak-\(UUID().uuidString)", isDirectory: true)
+        try FileManager.default.createDirectory(at: workDirectory, withIntermediateDirectories: true)
+        let store = workDirectory.appendingPathComponent("store", isDirectory: true)
+        let effects = workDirectory.appendingPathComponent("effects.txt").path
+        let errors = workDirectory.appendingPathComponent("app-stderr.txt").path
+        _ = FileManager.default.createFile(atPath: errors, contents: nil)
+        print("crash soak: \(cycles) cycles, \(count) new uploads per cycle, a crasher every \(crasherEvery) cycles, crash-loop limit \(crashLoopLimit), seed \(seed)")
+        print("  directory: \(workDirectory.path)")
+
+        var random = SplitMix64(seed: seed)
+        var ends: [CycleEnd] = []
+        var temporaryFilesAfterKills = 0
+        var problems: [String] = []
+        var crasherLaunches = 0
+        for cycle in 0..<cycles {
+            let addsCrasher = crasherEvery > 0 && cycle % crasherEvery == crasherEvery / 2
+            if addsCrasher { crasherLaunches += 1 }
+            let randomPhase = Phase.allCases.randomElement(using: &random)!
+            // A crasher is added last: a crasher cycle waits for its acknowledgement, then
+            // kills during an attempt.
+            let phase = addsCrasher ? .attempt : randomPhase
+            let launchCount = (cycle + 1) * count
+            let end = try runCycle(
+                arguments: appArguments(store: store, effects: effects, count: launchCount, crasher: addsCrasher),
+                effects: effects, errors: errors, phase: phase,
+                after: addsCrasher ? "ack \(launchCount) " : nil, random: &random
+            )
+            if case .exited(let status) = end, status != 0 {
+                problems.append("cycle \(cycle): the app exited with status \(status) (see \(errors))")
+            }
+            if case .diedByItself(let signal) = end, signal != SIGKILL {
+                problems.append("cycle \(cycle): the app crashed with signal \(signal)")
+            }
+            ends.append(end)
+            temporaryFilesAfterKills += temporaryFiles(in: store).count
+        }
+
+        // Then let it finish: each pending crasher may still kill up to `crashLoopLimit` launches.
+        let finalCount = cycles * count
+        var finalLaunches = 0
+        var finished = false
+        while !finished && finalLaunches <= (crasherLaunches + 1) * crashLoopLimit + 1 {
+            finalLaunches += 1
+            let app = try launch(appArguments(store: store, effects: effects, count: finalCount, crasher: false), errors: errors)
+            guard waitForExit(app, timeout: 300) else {
+                problems.append("the final launch did not finish within 300 s")
+                break
+            }
+            if app.terminationReason == .exit {
+                finished = true
+                if app.terminationStatus != 0 { problems.append("the final launch exited with status \(app.terminationStatus) (see \(errors))") }
+            } else if app.terminationStatus != SIGKILL {
+                problems.append("a final launch crashed with signal \(app.terminationStatus)")
+            }
+        }
+        if !finished { problems.append("the app never finished after \(finalLaunches) final launches") }
+
+        var verifier = try SoakVerifier(effects: effects, store: store, count: finalCount)
+        verifier.verify()
+        problems += verifier.problems
+
+        let duration = Date().timeIntervalSince(started)
+        var killsByPhase: [String: Int] = [:]
+        var late = 0
+        var diedByItself = 0
+        var exitedEarly = 0
+        for end in ends {
+            switch end {
+            case .killed(let phase): killsByPhase[phase.rawValue, default: 0] += 1
+            case .killedLate(let phase): killsByPhase[phase.rawValue, default: 0] += 1; late += 1
+            case .diedByItself: diedByItself += 1
+            case .exited: exitedEarly += 1
+            }
+        }
+        let phases = Phase.allCases.map { "\($0.rawValue) \(killsByPhase[$0.rawValue, default: 0])" }.joined(separator: ", ")
+        let tally = verifier.tally
+        print("""
+              cycles: \(cycles) (\(ends.count - diedByItself - exitedEarly) killed by the soak, \(diedByItself) killed by the crasher itself, \(exitedEarly) finished before the kill)
+              kills by phase: \(phases) (\(late) of them after the aimed-at moment did not come within 2 s)
+              launches: \(cycles + finalLaunches) (\(finalLaunches) after the last cycle; \(tally.launches) got as far as restoring); a crasher added in \(crasherLaunches) cycles
+              acknowledged: \(tally.acknowledged), completed: \(tally.completed), failed for good (refused): \(tally.refused)
+              crash-looped: \(tally.crashLoopedCrashers) crashers, \(tally.crashLoopedOthers) other uploads in flight at \(crashLoopLimit) consecutive kills
+              lost: \(tally.lost), ran twice: \(tally.ranTwice) (each completed in a launch killed before its record was removed)
+              temporary files: \(temporaryFilesAfterKills) found after kills (removed at the next open), \(tally.temporaryFilesAtEnd) at the end
+              quarantined at any launch: \(tally.quarantined); pending at the end: \(tally.pendingAtEnd); store reopens read-write: \(tally.reopens ? "yes" : "no")
+              duration: \(String(format: "%.1f", duration)) s
+            """)
+        if problems.isEmpty {
+            print("crash soak: PASS")
+            if directory == nil { try? FileManager.default.removeItem(at: workDirectory) }
+            return true
+        }
+        print("crash soak: FAIL (\(problems.count) problems; the store and journal are kept in \(workDirectory.path))")
+        for problem in problems.prefix(50) { print("  - \(problem)") }
+        return false
+    }
+
+    private func appArguments(store: URL, effects: String, count: Int, crasher: Bool) -> [String] {
+        var arguments = [
+            "app", "--store", store.path, "--effects", effects, "--count", "\(count)",
+            "--crash-loop-limit", "\(crashLoopLimit)", "--attempt-ms", "\(attemptMilliseconds)",
+        ]
+        if crasher { arguments.append("--crasher") }
+        return arguments
+    }
+
+    /// Launches the app, waits for the moment `phase` aims at, and kills it.
+    private func runCycle(
+        arguments: [String], effects: String, errors: String, phase: Phase, after prerequisite: String?, random: inout SplitMix64
+    ) throws -> CycleEnd {
+        let tail = SoakJournalTail(path: effects)
+        let app = try launch(arguments, errors: errors)
+        // Restoring a large backlog takes a while: the other phases come after it.
+        let prerequisites = phase == .restore ? [] : ["launch "] + (prerequisite.map { [$0] } ?? [])
+        for line in prerequisites {
+            _ = tail.waitForLine(startingWith: line, while: app, until: Date().addingTimeInterval(60))
+        }
+        let deadline = Date().addingTimeInterval(2)
+        var reached = false
+        switch phase {
+        case .restore:
+            usleep(UInt32.random(in: 0...20_000, using: &random))
+            reached = true
+        case .adds:
+            reached = tail.waitForLine(startingWith: "ack ", while: app, until: deadline)
+        case .attempt:
+            reached = tail.waitForLine(startingWith: "start ", while: app, until: deadline)
+            if reached { usleep(UInt32.random(in: 0...UInt32(attemptMilliseconds * 1_000), using: &random)) }
+        case .retryWait:
+            reached = tail.waitForLine(startingWith: "retry ", while: app, until: deadline)
+            if reached { usleep(UInt32.random(in: 5_000...60_000, using: &random)) }
+        case .removal:
+            reached = tail.waitForLine(startingWith: "done ", while: app, until: deadline)
+        }
+        // The kill is the soak's when the app still ran; otherwise it exited, or the crasher
+        // killed it (a crasher's kill in the instant before ours is counted as ours).
+        let sentKill = app.isRunning
+        if sentKill {
+            kill(app.processIdentifier, SIGKILL)
+        }
+        app.waitUntilExit()
+        if app.terminationReason == .exit {
+            return .exited(status: app.terminationStatus)
+        }
+        if !sentKill || app.terminationStatus != SIGKILL {
+            return .diedByItself(signal: app.terminationStatus)
+        }
+        return reached ? .killed(phase) : .killedLate(phase)
+    }
+
+    private func launch(_ arguments: [String], errors: String) throws -> Process {
+        let process = Process()
+        process.executableURL = Self.executable
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        let errorHandle = FileHandle(forWritingAtPath: errors)
+        errorHandle?.seekToEndOfFile()
+        process.standardError = errorHandle ?? FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
+    private func waitForExit(_ process: Process, timeout: TimeInterval) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning {
+            if Date() > deadline {
+                kill(process.processIdentifier, SIGKILL)
+                process.waitUntilExit()
+                return false
+            }
+            usleep(2_000)
+        }
+        process.waitUntilExit()
+        return true
+    }
+
+    private func temporaryFiles(in store: URL) -> [String] {
+        var names: [String] = []
+        for area in ["pending", "failed", "quarantine", "attempts"] {
+            let entries = (try? FileManager.default.contentsOfDirectory(atPath: store.appendingPathComponent(area).path)) ?? []
+            names += entries.filter { $0.hasPrefix(".") && $0.hasSuffix(".tmp") }.map { area + "/" + $0 }
+        }
+        return names
+    }
+
+    /// This executable, to launch as the child app.
+    static var executable: URL {
+        if let path = Bundle.main.executablePath { return URL(fileURLWithPath: path) }
+        return URL(fileURLWithPath: CommandLine.arguments[0])
+    }
+}
+
+/// Reads the lines appended to the effects journal since it was created.
+final class SoakJournalTail {
+    private let path: String
+    private var offset: UInt64
+    private var pending = ""
+    private(set) var lines: [String] = []
+    /// The lines already looked at by a wait.
+    private var checked = 0
+
+    init(path: String) {
+        self.path = path
+        let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.uint64Value ?? 0
+        offset = size
+    }
+
+    /// Reads what was appended since the last call.
+    func poll() {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return }
+        defer { try? handle.close() }
+        handle.seek(toFileOffset: offset)
+        let data = handle.readDataToEndOfFile()
+        offset += UInt64(data.count)
+        pending += String(decoding: data, as: UTF8.self)
+        while let newline = pending.firstIndex(of: "\n") {
+            lines.append(String(pending[..<newline]))
+            pending = String(pending[pending.index(after: newline)...])
+        }
+    }
+
+    /// Waits until a new line starts with `prefix` while `process` runs; false on timeout or exit.
+    func waitForLine(startingWith prefix: String, while process: Process, until deadline: Date) -> Bool {
+        while process.isRunning, Date() < deadline {
+            poll()
+            if lines[checked...].contains(where: { $0.hasPrefix(prefix) }) {
+                checked = lines.count
+                return true
+            }
+            checked = lines.count
+            usleep(300)
+        }
+        return false
+    }
+}
+
+/// A small seeded generator, so that a soak can be repeated with `--seed`.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) {
+        state = seed
+    }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var value = state
+        value = (value ^ (value >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        value = (value ^ (value >> 27)) &* 0x94D0_49BB_1331_11EB
+        return value ^ (value >> 31)
+    }
+}
+
+extension SoakCommand {
+    static let usage = "usage: crash-demo soak [--cycles N] [--count M] [--seed S] [--directory DIR] [--crasher-every K] [--crash-loop-limit L] [--attempt-ms MS]"
+
+    /// Reads the options of `crash-demo soak`.
+    init(arguments: [String]) {
+        func number(_ name: String) -> Int? {
+            guard let text = option(name, in: arguments) else { return nil }
+            guard let value = Int(text), value >= 0 else { fail("\(name) needs a whole number\n\(Self.usage)") }
+            return value
+        }
+        if let cycles = number("--cycles") { self.cycles = cycles }
+        if let count = number("--count") { self.count = count }
+        if let seed = option("--seed", in: arguments) {
+            guard let value = UInt64(seed) else { fail("--seed needs a whole number\n\(Self.usage)") }
+            self.seed = value
+        }
+        if let directory = option("--directory", in: arguments) { self.directory = URL(fileURLWithPath: directory) }
+        if let every = number("--crasher-every") { crasherEvery = every }
+        if let limit = number("--crash-loop-limit") { crashLoopLimit = limit }
+        if let milliseconds = number("--attempt-ms") { attemptMilliseconds = milliseconds }
+    }
+}
