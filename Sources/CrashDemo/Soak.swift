@@ -65,7 +65,7 @@ struct SoakCommand {
         print("crash soak: \(cycles) cycles, \(count) new uploads per cycle, a crasher every \(crasherEvery) cycles, crash-loop limit \(crashLoopLimit), seed \(seed)")
         print("  directory: \(workDirectory.path)")
 
-        var random = SplitMix64(seed: seed)
+        var random = SeededGenerator(seed: seed)
         var ends: [CycleEnd] = []
         var temporaryFilesAfterKills = 0
         var problems: [String] = []
@@ -164,7 +164,7 @@ struct SoakCommand {
 
     /// Launches the app, waits for the moment `phase` aims at, and kills it.
     private func runCycle(
-        arguments: [String], effects: String, errors: String, phase: Phase, after prerequisite: String?, random: inout SplitMix64
+        arguments: [String], effects: String, errors: String, phase: Phase, after prerequisite: String?, random: inout SeededGenerator
     ) throws -> CycleEnd {
         let tail = SoakJournalTail(path: effects)
         let app = try launch(arguments, errors: errors)
@@ -289,23 +289,6 @@ final class SoakJournalTail {
             usleep(300)
         }
         return false
-    }
-}
-
-/// A small seeded generator, so that a soak can be repeated with `--seed`.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) {
-        state = seed
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var value = state
-        value = (value ^ (value >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        value = (value ^ (value >> 27)) &* 0x94D0_49BB_1331_11EB
-        return value ^ (value >> 31)
     }
 }
 
