@@ -98,15 +98,16 @@ extension RetryingOperation {
         }
 
         if !isRetry { willChangeValue(forKey: "isExecuting") }
-        let (attempt, retries, passesRetry, driver) = machine.withLock { state in
+        let (attempt, retries, passesRetry, driver, logHandler) = machine.withLock { state in
             if isRetry && counted { state.numberOfRetries += 1 }
             state.numberOfAttempts += 1
             state.phase = .running(hasEnded: false)
-            return (state.numberOfAttempts, state.numberOfRetries, isRetry || state.resumesAsRetry, state.driver)
+            return (state.numberOfAttempts, state.numberOfRetries, isRetry || state.resumesAsRetry, state.driver, state.logHandler)
         }
         if !isRetry { didChangeValue(forKey: "isExecuting") }
 
-        log(.debug, "starting attempt \(attempt) (\(retries) counted retries so far)")
+        // The handler read with the state above: no extra lock round trip on this hot path.
+        log(.debug, "starting attempt \(attempt) (\(retries) counted retries so far)", to: logHandler)
         driver?.operationWillStartAttempt(self, AttemptInfo(attempt: attempt, numberOfRetries: retries, isRetry: passesRetry))
         startBaseOperation(isRetry: passesRetry)
 
@@ -299,16 +300,16 @@ extension RetryingOperation {
 
         if wasExecuting { willChangeValue(forKey: "isExecuting") }
         willChangeValue(forKey: "isFinished")
-        let (waiters, driver) = machine.withLock { state in
+        let (waiters, driver, logHandler) = machine.withLock { state in
             state.phase = .finished(outcome)
             defer { state.outcomeWaiters = [] }
-            return (state.outcomeWaiters, state.driver)
+            return (state.outcomeWaiters, state.driver, state.logHandler)
         }
         didChangeValue(forKey: "isFinished")
         if wasExecuting { didChangeValue(forKey: "isExecuting") }
         driver?.operationDidFinish(self, outcome)
 
-        log(.debug, "finished: \(outcome)")
+        log(.debug, "finished: \(outcome)", to: logHandler)
         for waiter in waiters {
             waiter.resume(returning: outcome)
         }
@@ -317,7 +318,12 @@ extension RetryingOperation {
     // MARK: Logging
 
     func log(_ level: RetryLogHandler.Level, _ text: @autoclosure () -> String) {
-        guard let handler = machine.withLock({ $0.logHandler }), level >= handler.minimumLevel else { return }
+        log(level, text(), to: machine.withLock { $0.logHandler })
+    }
+
+    /// Logs to `handler`, already read from the state.
+    func log(_ level: RetryLogHandler.Level, _ text: @autoclosure () -> String, to handler: RetryLogHandler?) {
+        guard let handler, level >= handler.minimumLevel else { return }
         handler.handle(RetryLogHandler.Message(level: level, text: text(), operationDescription: logName))
     }
 
