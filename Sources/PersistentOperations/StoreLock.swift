@@ -66,6 +66,10 @@ package final class StoreLock: Sendable {
             defer { descriptor = nil }
             return descriptor
         }) else { return }
+        // Unlock before closing: a child process forked by another thread in the instant
+        // before its exec shares this open file description, and closing our descriptor alone
+        // would leave the lock held until that child execs or exits.
+        try? fileSystem.lock(descriptor, LOCK_UN)
         try? fileSystem.close(descriptor)
     }
 
