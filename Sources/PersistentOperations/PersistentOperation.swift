@@ -39,6 +39,11 @@ import Foundation
 ///
 /// Execution is at least once: an attempt that was running when the process died runs again
 /// on the next launch, so make the work idempotent (see <doc:ResumingAfterACrash>).
+///
+/// An operation that is not a `RetryingOperation` tells the queue it finished through its
+/// `completionBlock`, which the queue chains to the one set before `addOperation`: set a
+/// `completionBlock` before adding the operation, never after. Dependencies between stored
+/// operations are not saved; order work with `queuePriority`.
 public protocol PersistentOperation: Operation {
     /// The value saved for the operation; everything needed to rebuild it.
     ///
