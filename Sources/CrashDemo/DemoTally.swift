@@ -81,49 +81,24 @@ struct DemoTally {
     }
 
     private mutating func replay(_ events: [JournalEvent]) {
-        var indexByID: [String: Int] = [:]
-        var removed = Set<Int>()
-        var lastRetries: [Int: Int] = [:]
-        var lastAttempt: [Int: Int] = [:]
-        var completedInLaunch: [Int: Int] = [:]
+        var contract = ContractReplay()
         func known(_ index: Int) -> Bool { uploads.indices.contains(index) }
         for event in events {
+            contract.observe(event)
             switch event {
-            case .launch:
-                launches += 1
-            case .acknowledged(let index, let id), .restored(let index, let id):
-                indexByID[id] = index
-            case .removed(let id):
-                if let index = indexByID[id] { removed.insert(index) }
-            case .started(let index, let attempt, let retries) where known(index):
+            case .started(let index, _, _) where known(index):
                 uploads[index].attempts += 1
-                uploads[index].launches.insert(launches)
-                if removed.contains(index) {
-                    violations.append("upload \(index) started again after it completed and its record was removed")
-                }
-                if retries < lastRetries[index, default: 0] {
-                    violations.append("the retry count of upload \(index) went backwards")
-                }
-                if attempt <= lastAttempt[index, default: 0] {
-                    violations.append("the attempt number of upload \(index) did not increase")
-                }
-                lastRetries[index] = retries
-                lastAttempt[index] = attempt
+                uploads[index].launches.insert(contract.launches)
             case .retry(let index, let counted) where known(index):
                 if counted { uploads[index].countedRetries += 1 } else { uploads[index].uncountedRetries += 1 }
             case .done(let index) where known(index):
                 uploads[index].completions += 1
-                if let earlier = completedInLaunch[index] {
-                    if earlier == launches {
-                        violations.append("upload \(index) completed twice in launch \(launches)")
-                    } else if !ranTwice.contains(index) {
-                        ranTwice.append(index)
-                    }
-                }
-                completedInLaunch[index] = launches
             default:
                 break
             }
         }
+        launches = contract.launches
+        ranTwice = contract.ranTwice
+        violations += contract.violations
     }
 }

@@ -36,7 +36,7 @@ struct SoakVerifier {
         var reason: String
     }
 
-    let lines: [[Substring]]
+    let events: [JournalEvent]
     let count: Int
     let store: URL
     let failed: [FailedUpload]
@@ -44,7 +44,7 @@ struct SoakVerifier {
     private(set) var tally = Tally()
 
     init(effects: String, store: URL, count: Int) throws {
-        lines = try String(contentsOfFile: effects, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        events = try JournalTail.allEvents(at: effects)
         self.count = count
         self.store = store
         failed = try RecordStore(directory: store, access: .readOnly).loadFailed().records.map { record in
@@ -59,25 +59,27 @@ struct SoakVerifier {
         checkStore()
     }
 
-    private func indices(_ kind: Substring) -> [Int] {
-        lines.filter { $0.first == kind && $0.count >= 2 }.compactMap { Int($0[1]) }
-    }
-
-    private func value(_ words: [Substring], _ key: String) -> Int? {
-        words.lazy.compactMap { $0.hasPrefix(key + "=") ? Int($0.dropFirst(key.count + 1)) : nil }.first
-    }
-
     private mutating func checkOutcomes() {
         // Events of the last operations may be journaled just after `finished`.
-        let lastLaunch = lines.lastIndex { $0.first == "launch" } ?? lines.endIndex
-        if !lines[lastLaunch...].contains(["finished"]) { problems.append("the last launch did not finish") }
-        let launches = lines.filter { $0.first == "launch" }
-        tally.launches = launches.count
-        tally.quarantined = launches.compactMap { value($0, "quarantined") }.reduce(0, +)
+        let lastLaunch = events.lastIndex { if case .launch = $0 { true } else { false } } ?? events.endIndex
+        if !events[lastLaunch...].contains(.finished) { problems.append("the last launch did not finish") }
+        var acknowledged = Set<Int>()
+        var done = Set<Int>()
+        for event in events {
+            switch event {
+            case .launch(_, _, let quarantined, _):
+                tally.launches += 1
+                tally.quarantined += quarantined
+            case .acknowledged(let index, _):
+                acknowledged.insert(index)
+            case .done(let index):
+                done.insert(index)
+            default:
+                break
+            }
+        }
         if tally.quarantined > 0 { problems.append("\(tally.quarantined) entries were quarantined: a kill left a damaged record") }
 
-        let acknowledged = Set(indices("ack"))
-        let done = Set(indices("done"))
         let failedByIndex = Dictionary(failed.map { ($0.index, $0) }, uniquingKeysWith: { first, _ in first })
         if failedByIndex.count != failed.count { problems.append("an upload sits twice in the failed area") }
         tally.acknowledged = acknowledged.count
@@ -111,51 +113,21 @@ struct SoakVerifier {
     }
 
     private mutating func checkOrder() {
-        var indexByID: [Substring: Int] = [:]
-        for words in lines where (words.first == "ack" || words.first == "restored") && words.count == 3 {
-            indexByID[words[2].dropFirst(3)] = Int(words[1])
+        var contract = ContractReplay()
+        for event in events {
+            contract.observe(event)
         }
-        var removed = Set<Int>()
-        var lastRetries: [Int: Int] = [:]
-        var lastAttempt: [Int: Int] = [:]
-        var completedInLaunch: [Int: Int] = [:]
-        var ranTwice = Set<Int>()
-        var launch = 0
-        for words in lines {
-            switch words.first {
-            case "launch":
-                launch += 1
-            case "removed":
-                if words.count >= 2, let index = indexByID[words[1]] { removed.insert(index) }
-            case "start":
-                guard words.count >= 2, let index = Int(words[1]) else { continue }
-                if removed.contains(index) { problems.append("upload \(index) started again after its record was removed") }
-                let retries = value(words, "retries") ?? -1
-                let attempt = value(words, "attempt") ?? -1
-                if retries < lastRetries[index, default: 0] { problems.append("the retry count of upload \(index) went down to \(retries)") }
-                if attempt <= lastAttempt[index, default: 0] { problems.append("the attempt number of upload \(index) did not go up (\(attempt))") }
-                lastRetries[index] = retries
-                lastAttempt[index] = attempt
-            case "done":
-                guard words.count >= 2, let index = Int(words[1]) else { continue }
-                if let earlier = completedInLaunch[index] {
-                    if earlier == launch { problems.append("upload \(index) completed twice in one launch") }
-                    ranTwice.insert(index)
-                }
-                completedInLaunch[index] = launch
-            default:
-                break
-            }
-        }
-        tally.ranTwice = ranTwice.count
+        problems += contract.violations
+        tally.ranTwice = contract.ranTwice.count
     }
 
     private mutating func checkStore() {
         var leftovers: [String] = []
-        for area in ["pending", "failed", "quarantine", "attempts"] {
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: store.appendingPathComponent(area).path)) ?? []
-            leftovers += names.filter { $0.hasPrefix(".") && $0.hasSuffix(".tmp") }.map { "\(area)/\($0)" }
-            if area == "pending" { tally.pendingAtEnd = names.count }
+        let layout = StoreLayout(directory: store)
+        for area in StoreLayout.Area.allCases {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: layout.path(of: area))) ?? []
+            leftovers += names.filter(StoreLayout.isTemporaryFileName).map { "\(area.rawValue)/\($0)" }
+            if area == .pending { tally.pendingAtEnd = names.count }
         }
         tally.temporaryFilesAtEnd = leftovers.count
         if !leftovers.isEmpty { problems.append("temporary files left: \(leftovers.prefix(10))") }
