@@ -77,9 +77,9 @@ extension PersistentOperationQueue {
         var counts = PersistentQueueCounts()
         state.withLock { state in
             for entry in state.entries.values {
-                switch entry.phase {
+                switch entry.infoState {
                 case .scheduled: counts.scheduled += 1
-                case .queued: if entry.pendingAdmission == nil { counts.queued += 1 } else { counts.waitingToRetry += 1 }
+                case .queued: counts.queued += 1
                 case .running: counts.running += 1
                 case .waitingToRetry: counts.waitingToRetry += 1
                 }
@@ -97,18 +97,11 @@ extension PersistentOperationQueue {
             .sorted { OperationRecord.runsBefore($0.record, $1.record) }
             .map { entry in
                 let record = entry.record
-                let state: PersistentOperationInfo.State
-                switch entry.phase {
-                case .scheduled: state = .scheduled
-                case .queued: state = entry.pendingAdmission == nil ? .queued : .waitingToRetry
-                case .running: state = .running
-                case .waitingToRetry: state = .waitingToRetry
-                }
                 return PersistentOperationInfo(
                     id: PersistentOperationID(record: record.id),
                     typeIdentifier: record.typeIdentifier,
                     operation: entry.operation,
-                    state: state,
+                    state: entry.infoState,
                     tags: Set(record.tags),
                     uniqueKey: record.uniqueKey,
                     priority: Operation.QueuePriority(rawValue: record.priority) ?? .normal,

@@ -36,6 +36,17 @@ extension PersistentOperationQueue {
         var isCancelRequested = false
         /// The call that starts a due retry attempt, once its slot starts.
         var pendingAdmission: (@Sendable () -> Void)?
+
+        /// The state reported to users: a due retry queued for a slot still counts as
+        /// waiting to retry.
+        var infoState: PersistentOperationInfo.State {
+            switch phase {
+            case .scheduled: return .scheduled
+            case .queued: return pendingAdmission == nil ? .queued : .waitingToRetry
+            case .running: return .running
+            case .waitingToRetry: return .waitingToRetry
+            }
+        }
     }
 
     // MARK: Tracking
