@@ -50,11 +50,6 @@ final class DueTimer: RetryScheduler, @unchecked Sendable {
 
     var now: Date { base.now }
 
-    /// The number of actions not yet run or cancelled.
-    var pendingCount: Int {
-        state.withLock { $0.live.count }
-    }
-
     func schedule(after delay: TimeInterval, _ action: @escaping @Sendable () -> Void) -> any ScheduledRetry {
         schedule(at: base.now.addingTimeInterval(max(0, delay)), action)
     }
