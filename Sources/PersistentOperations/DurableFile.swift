@@ -1,4 +1,5 @@
 import Foundation
+import RetryingOperation
 
 #if canImport(Glibc)
 import Glibc
@@ -21,9 +22,19 @@ package struct DurableFile: Sendable {
 
     /// The file system the calls go through.
     package let fileSystem: FileSystem
+    /// Shares file syncs among concurrent writers.
+    private let contents: ContentSynchronizer
+
+    /// Creates a writer and reader that makes its calls through `fileSystem`.
+    package init(fileSystem: FileSystem) {
+        self.fileSystem = fileSystem
+        self.contents = ContentSynchronizer(fileSystem: fileSystem)
+    }
 
     /// Writes `bytes` to a temporary file next to `path`, syncs it (unless `synchronizes` is
     /// `false`, for files that only need to survive a process crash) and renames it to `path`.
+    /// Concurrent writes through the same `DurableFile` share their syncs where the file
+    /// system allows (see ``ContentSynchronizer``).
     ///
     /// On failure no temporary or partial file is left behind and an existing file at `path`
     /// is unchanged.
@@ -32,15 +43,12 @@ package struct DurableFile: Sendable {
     package func replaceContents(of path: String, with bytes: Data, synchronizes: Bool = true) throws {
         let directory = (path as NSString).deletingLastPathComponent
         let name = (path as NSString).lastPathComponent
-        let temporaryPath = directory + "/." + name + "." + UUID().uuidString.prefix(8) + Self.temporaryFileSuffix
-        let descriptor = try fileSystem.open(
-            temporaryPath, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, Self.filePermissions
-        )
+        let (temporaryPath, descriptor) = try createTemporaryFile(in: directory, for: name)
         var isOpen = true
         do {
             try fileSystem.setPermissions(descriptor, Self.filePermissions)
             try writeAll(bytes, to: descriptor)
-            if synchronizes { try fileSystem.synchronize(descriptor) }
+            if synchronizes { try contents.synchronize(descriptor) }
             isOpen = false
             try fileSystem.close(descriptor)
             try fileSystem.rename(temporaryPath, path)
@@ -97,6 +105,29 @@ package struct DurableFile: Sendable {
         }
         return .contents(bytes)
     }
+
+    /// Creates a new temporary file `.<name>.<process id>-<counter>.tmp` in `directory`.
+    ///
+    /// The names are unique within the process without reading `/dev/urandom` (which `UUID()`
+    /// does on Linux, one `open` per call); a name left by an earlier process is skipped.
+    private func createTemporaryFile(in directory: String, for name: String) throws -> (path: String, descriptor: Int32) {
+        while true {
+            let number = Self.temporaryFileCounter.withLock { counter -> UInt64 in
+                counter &+= 1
+                return counter
+            }
+            let path = directory + "/." + name + "." + Self.processIdentifier + "-" + String(number) + Self.temporaryFileSuffix
+            do {
+                let descriptor = try fileSystem.open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, Self.filePermissions)
+                return (path, descriptor)
+            } catch let error as SystemCallError where error.code == EEXIST {
+                continue
+            }
+        }
+    }
+
+    private static let temporaryFileCounter = Locked<UInt64>(0)
+    private static let processIdentifier = String(getpid())
 
     private func writeAll(_ bytes: Data, to descriptor: Int32) throws {
         try bytes.withUnsafeBytes { buffer in

@@ -23,6 +23,10 @@ package struct FileSystem: Sendable {
     package var write: @Sendable (_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer) throws -> Int
     /// Flushes a file's contents to stable storage (`fsync(2)`; `F_FULLFSYNC` on Apple platforms).
     package var synchronize: @Sendable (_ descriptor: Int32) throws -> Void
+    /// Flushes every file of the file system holding `descriptor` (`syncfs(2)`), so that the
+    /// ``synchronize`` calls of files written before it find little left to do; `nil` where
+    /// there is no such call. Only ever an accelerator: see ``ContentSynchronizer``.
+    package var synchronizeFileSystem: (@Sendable (_ descriptor: Int32) throws -> Void)?
     /// Flushes a directory's entries (renames, creations, removals) to stable storage.
     package var synchronizeDirectory: @Sendable (_ path: String) throws -> Void
     /// `fchmod(2)`.
@@ -102,6 +106,7 @@ extension FileSystem {
         synchronize: { descriptor in
             try fullSynchronize(descriptor)
         },
+        synchronizeFileSystem: systemSynchronizeFileSystem,
         synchronizeDirectory: { path in
             let descriptor = try retryingInterrupts("open", path: path) {
                 Foundation.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -187,6 +192,21 @@ private func systemFlock(_ descriptor: Int32, _ operation: Int32) -> Int32 {
     let function: @convention(c) (Int32, Int32) -> Int32 = flock
     return function(descriptor, operation)
 }
+
+/// `syncfs(2)`, looked up at run time: Glibc's module map does not export it.
+private let systemSynchronizeFileSystem: (@Sendable (Int32) throws -> Void)? = {
+    #if os(Linux)
+    typealias SyncFileSystem = @convention(c) (Int32) -> Int32
+    // RTLD_DEFAULT is a null handle on glibc.
+    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "syncfs") else { return nil }
+    let function = unsafeBitCast(symbol, to: SyncFileSystem.self)
+    return { descriptor in
+        try retryingInterrupts("syncfs") { function(descriptor) }
+    }
+    #else
+    return nil
+    #endif
+}()
 
 private func fullSynchronize(_ descriptor: Int32) throws {
     #if canImport(Darwin)

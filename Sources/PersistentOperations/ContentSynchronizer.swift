@@ -1,0 +1,85 @@
+import Foundation
+
+/// Makes the contents of newly written files durable, letting concurrent writers share one
+/// file-system sync (group commit).
+///
+/// Every file is still synced by its own writer with ``FileSystem/synchronize``, and that call
+/// alone decides whether the write succeeded. What changes under load is its cost: a new file's
+/// `fsync` makes the file system commit its journal and flush the drive's cache, and eight
+/// writers doing that one after another pay for eight commits. When writers arrive while
+/// another sync is running, they wait for it, and the next one to lead flushes everything they
+/// wrote with one ``FileSystem/synchronizeFileSystem`` call (`syncfs(2)` on Linux) before
+/// each of them makes its own, now cheap, `fsync`. A writer that arrives while no other is
+/// waiting syncs its own file at once, so a single producer pays nothing extra.
+///
+/// On Linux this measured about 2–3 times the records per second of one `fsync` per file with
+/// eight writers on the same disk. Where the file system offers no such call (Apple platforms)
+/// each writer simply syncs its own file.
+///
+/// Thread safety: any thread may call ``synchronize(_:)``.
+package final class ContentSynchronizer: @unchecked Sendable {
+    // @unchecked: the counters below are only read or written while `condition` is locked.
+    private let condition = NSCondition()
+    private let fileSystem: FileSystem
+
+    /// The ticket given to the most recent caller.
+    private var lastTicket: UInt64 = 0
+    /// Every ticket up to this one has been covered by a sync that started after its write.
+    private var settledThrough: UInt64 = 0
+    private var isLeaderSyncing = false
+
+    /// Creates a synchroniser that makes its calls through `fileSystem`.
+    package init(fileSystem: FileSystem) {
+        self.fileSystem = fileSystem
+    }
+
+    /// How many calls have arrived so far (for tests: a call counts as soon as it waits).
+    package var callsArrived: UInt64 {
+        condition.lock()
+        defer { condition.unlock() }
+        return lastTicket
+    }
+
+    /// Returns once the file open as `descriptor`, whose writes are complete, is on stable
+    /// storage.
+    ///
+    /// - Throws: the error of the file's own sync (``FileSystem/synchronize``).
+    package func synchronize(_ descriptor: Int32) throws {
+        guard let synchronizeFileSystem = fileSystem.synchronizeFileSystem else {
+            try fileSystem.synchronize(descriptor)
+            return
+        }
+        condition.lock()
+        lastTicket += 1
+        let ticket = lastTicket
+        while ticket > settledThrough {
+            if isLeaderSyncing {
+                condition.wait()
+                continue
+            }
+            isLeaderSyncing = true
+            let coveredThrough = lastTicket
+            let isAlone = coveredThrough == settledThrough + 1
+            condition.unlock()
+            if isAlone {
+                // Nobody to share with: the file's own sync is all it takes, and it reports.
+                let result = Result { try fileSystem.synchronize(descriptor) }
+                condition.lock()
+                settledThrough = coveredThrough
+                isLeaderSyncing = false
+                condition.broadcast()
+                condition.unlock()
+                return try result.get()
+            }
+            // An error here is not reported: each writer's own sync below is the one that
+            // counts, and it redoes whatever this call did not manage.
+            try? synchronizeFileSystem(descriptor)
+            condition.lock()
+            settledThrough = coveredThrough
+            isLeaderSyncing = false
+            condition.broadcast()
+        }
+        condition.unlock()
+        try fileSystem.synchronize(descriptor)
+    }
+}
