@@ -39,6 +39,8 @@ package struct FileSystem: Sendable {
     package var linkStatus: @Sendable (_ path: String) throws -> FileStatus
     /// `rename(2)`.
     package var rename: @Sendable (_ source: String, _ destination: String) throws -> Void
+    /// `link(2)`: a second name for an existing file.
+    package var link: @Sendable (_ existing: String, _ newName: String) throws -> Void
     /// `unlink(2)`.
     package var unlink: @Sendable (_ path: String) throws -> Void
     /// `mkdir(2)`.
@@ -132,6 +134,9 @@ extension FileSystem {
         },
         rename: { source, destination in
             try retryingInterrupts("rename", path: source) { Foundation.rename(source, destination) }
+        },
+        link: { existing, newName in
+            try retryingInterrupts("link", path: newName) { Foundation.link(existing, newName) }
         },
         unlink: { path in
             try retryingInterrupts("unlink", path: path) { Foundation.unlink(path) }

@@ -8,7 +8,7 @@ import Darwin
 
 // Crash-loop protection needs to know, at the next launch, how many attempts of a record
 // started and never ended. An attempt marker `attempts/<id>.attempt` holds that count as
-// decimal text; an empty marker means one. Markers are renamed into place but not synced: they only have to survive a
+// decimal text; any other marker (a hard link to the record, or an empty file) means one. Markers are renamed into place but not synced: they only have to survive a
 // process crash (the case crash-loop protection is about), and losing one to a power cut
 // merely forgets how many crashes an operation caused. The record itself is never rewritten
 // at an attempt's start, so a marker can never damage it.
@@ -26,13 +26,7 @@ extension RecordStore {
         }
         do {
             if count == 1 {
-                // The common case, an operation's first attempt: an empty marker means one,
-                // and creating it in place (open, close) costs a third of a replacement. A
-                // crash mid-way leaves an empty file, which reads as one too.
-                let descriptor = try configuration.fileSystem.open(
-                    path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions
-                )
-                try configuration.fileSystem.close(descriptor)
+                try markOneAttempt(forRecord: id, at: path)
             } else {
                 try file.replaceContents(of: path, with: Data(String(count).utf8), synchronizes: false)
             }
@@ -48,8 +42,9 @@ extension RecordStore {
         try? configuration.fileSystem.unlink(attemptMarkerPath(id))
     }
 
-    /// The attempts in flight of every record that has a marker. Empty and unreadable markers
-    /// count as one attempt; stray entries are ignored.
+    /// The attempts in flight of every record that has a marker. Markers without a decimal
+    /// count (links to the record, empty or unreadable files) count as one attempt; stray
+    /// entries are ignored.
     package func attemptsInFlight() -> [String: Int] {
         let suffix = "." + Self.attemptMarkerExtension
         let names = (try? configuration.fileSystem.contentsOfDirectory(layout.path(of: .attempts))) ?? []
@@ -65,6 +60,30 @@ extension RecordStore {
             counts[id] = count
         }
         return counts
+    }
+
+    /// Marks one attempt in flight — every operation's first attempt, so the common case —
+    /// without creating a file: the marker is a second name (a hard link) for the record
+    /// file itself. Creating an inode costs a file system far more than adding a name (on
+    /// ext4 a new inode is searched for among recently freed ones), and an operation's
+    /// lifecycle already creates one, for its record. The marker reads as one attempt: its
+    /// contents are not a decimal count. Where links are not possible, an empty file is
+    /// created instead, which reads as one too.
+    private func markOneAttempt(forRecord id: String, at path: String) throws {
+        let fileSystem = configuration.fileSystem
+        let recordPath = layout.path(ofRecord: id, in: .pending)
+        do {
+            try fileSystem.link(recordPath, path)
+            return
+        } catch let error as SystemCallError where error.code == EEXIST {
+            // A marker from an earlier count: replace it.
+            try? fileSystem.unlink(path)
+            if (try? fileSystem.link(recordPath, path)) != nil { return }
+        } catch {
+            // No links here (or the record is being replaced this instant): fall back.
+        }
+        let descriptor = try fileSystem.open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
+        try fileSystem.close(descriptor)
     }
 
     private func attemptMarkerPath(_ id: String) -> String {

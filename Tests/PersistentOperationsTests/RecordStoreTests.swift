@@ -43,6 +43,56 @@ struct RecordStoreTests {
         #expect(try directory.names(in: "pending") == [StoreLayout.fileName(ofRecord: record.id)])
     }
 
+    @Test func attemptMarkersCountAttemptsInFlightAsLinksEmptyFilesOrDecimalCounts() throws {
+        // Given a pending record
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let record = try makeRecord()
+        try store.add(record)
+        let layout = StoreLayout(directory: directory.store)
+        let marker = layout.path(ofEntry: record.id + ".attempt", in: .attempts)
+
+        // When its first attempt starts
+        try store.setAttemptsInFlight(1, forRecord: record.id)
+        // Then the marker is a second name of the record file (no new file) and counts one
+        var markerInfo = stat()
+        var recordInfo = stat()
+        #expect(lstat(marker, &markerInfo) == 0 && lstat(layout.path(ofRecord: record.id, in: .pending), &recordInfo) == 0)
+        #expect(markerInfo.st_ino == recordInfo.st_ino)
+        #expect(store.attemptsInFlight() == [record.id: 1])
+
+        // When two more start without ending (crashes), the count is written out
+        try store.setAttemptsInFlight(3, forRecord: record.id)
+        #expect(store.attemptsInFlight() == [record.id: 3])
+        #expect(lstat(marker, &markerInfo) == 0 && markerInfo.st_ino != recordInfo.st_ino)
+        // And back to one replaces the counted marker with a link again
+        try store.setAttemptsInFlight(1, forRecord: record.id)
+        #expect(store.attemptsInFlight() == [record.id: 1])
+
+        // When the attempt ends, the marker goes and the record stays whole
+        store.clearAttemptsInFlight(forRecord: record.id)
+        #expect(store.attemptsInFlight().isEmpty)
+        #expect(try store.loadPending().records == [record])
+    }
+
+    @Test func whereLinksFailAFirstAttemptIsMarkedByAnEmptyFile() throws {
+        // Given a file system that cannot make hard links
+        let directory = try TemporaryDirectory()
+        var fileSystem = FileSystem.system
+        fileSystem.link = { _, newName in throw SystemCallError("link", path: newName, code: EPERM) }
+        let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: fileSystem))
+        let record = try makeRecord()
+        try store.add(record)
+
+        // When the first attempt starts
+        try store.setAttemptsInFlight(1, forRecord: record.id)
+
+        // Then an empty marker file counts it
+        let marker = StoreLayout(directory: directory.store).path(ofEntry: record.id + ".attempt", in: .attempts)
+        #expect(try FileManager.default.attributesOfItem(atPath: marker)[.size] as? UInt64 == 0)
+        #expect(store.attemptsInFlight() == [record.id: 1])
+    }
+
     @Test func updatingOrRemovingAMissingRecordThrowsRecordNotFound() throws {
         let directory = try TemporaryDirectory()
         let store = try RecordStore(directory: directory.store)

@@ -97,7 +97,7 @@ final class FaultInjector: Sendable {
         var synchronize: Int32?
         /// errno to fail directory syncs with.
         var synchronizeDirectory: Int32?
-        /// errno to fail every `open` for writing, `rename`, `unlink` and `mkdir` with.
+        /// errno to fail every `open` for writing, `rename`, `link`, `unlink` and `mkdir` with.
         var mutation: Int32?
         /// Bytes each `write` call may write at most, to force short writes.
         var maximumWriteSize: Int?
@@ -157,6 +157,10 @@ final class FaultInjector: Sendable {
                 counters.events += 1
                 counters.renamedAt[destination] = counters.events
             }
+        }
+        fileSystem.link = { [self] existing, newName in
+            if let code = faults.withLock({ $0.mutation }) { throw SystemCallError("link", path: newName, code: code) }
+            try system.link(existing, newName)
         }
         fileSystem.unlink = { [self] path in
             if let code = faults.withLock({ $0.mutation }) { throw SystemCallError("unlink", path: path, code: code) }
