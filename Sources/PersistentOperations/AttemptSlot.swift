@@ -5,17 +5,26 @@ import Foundation
 /// `maxConcurrentOperationCount`, priority and suspension) from when it starts until the
 /// attempt ends, so waits between attempts hold no slot.
 final class AttemptSlot: Operation, @unchecked Sendable {
-    // @unchecked: `phase` is a `Locked`; `recordID` and `onStart` are set in `init` only.
+    // @unchecked: `phase` is a `Locked`; `recordID`, `onStart` and `onFinish` are set in
+    // `init` only.
 
     private enum Phase { case waiting, executing, finished }
 
     let recordID: String
     private let onStart: @Sendable (AttemptSlot) -> Void
+    private let onFinish: @Sendable () -> Void
     private let phase = Locked(Phase.waiting)
 
-    init(recordID: String, priority: Operation.QueuePriority, onStart: @escaping @Sendable (AttemptSlot) -> Void) {
+    /// Creates a slot that calls `onStart` when the `OperationQueue` starts it, and
+    /// `onFinish` once when it finishes — before the queue learns it has, so that a slot
+    /// added by `onFinish` keeps the queue from looking empty in between.
+    init(
+        recordID: String, priority: Operation.QueuePriority,
+        onStart: @escaping @Sendable (AttemptSlot) -> Void, onFinish: @escaping @Sendable () -> Void
+    ) {
         self.recordID = recordID
         self.onStart = onStart
+        self.onFinish = onFinish
         super.init()
         queuePriority = priority
         name = "PersistentOperationQueue attempt \(recordID)"
@@ -44,6 +53,7 @@ final class AttemptSlot: Operation, @unchecked Sendable {
             return phase
         }
         guard previous != .finished else { return }
+        onFinish()
         if previous == .executing { willChangeValue(forKey: "isExecuting") }
         willChangeValue(forKey: "isFinished")
         didChangeValue(forKey: "isFinished")

@@ -41,6 +41,20 @@ final class EventHub: Sendable {
         }
     }
 
+    /// Emits `events` in order, with one hop to the delivery queue for all of them.
+    func emit(contentsOf events: [PersistentOperationEvent]) {
+        guard !events.isEmpty else { return }
+        delivery.async {
+            let (handler, streams) = self.subscribers.withLock { ($0.handler, Array($0.streams.values)) }
+            for event in events {
+                handler?(event)
+                for stream in streams {
+                    stream.yield(event)
+                }
+            }
+        }
+    }
+
     /// Waits until every event emitted so far has been delivered.
     func flush() {
         delivery.sync {}

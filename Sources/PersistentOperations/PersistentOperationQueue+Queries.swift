@@ -95,12 +95,15 @@ extension PersistentOperationQueue {
         let entries = state.withLock { $0.entries.values.filter(isIncluded) }
         return entries
             .sorted { OperationRecord.runsBefore($0.record, $1.record) }
-            .map { entry in
+            .compactMap { entry in
                 let record = entry.record
+                // A restored operation not built yet is built now; one that cannot be is
+                // quarantined and left out.
+                guard let operation = entry.operation ?? operation(for: record.id) else { return nil }
                 return PersistentOperationInfo(
                     id: PersistentOperationID(record: record.id),
                     typeIdentifier: record.typeIdentifier,
-                    operation: entry.operation,
+                    operation: operation,
                     state: entry.infoState,
                     tags: Set(record.tags),
                     uniqueKey: record.uniqueKey,

@@ -55,6 +55,7 @@ extension PersistentOperationQueue {
             if let key = record.uniqueKey { newest[key] = max(newest[key] ?? 0, record.enqueueSequence) }
         }
 
+        var restored: [(record: OperationRecord, attemptsInFlight: Int)] = []
         for record in loaded.records where !tracked.contains(record.id) {
             let id = PersistentOperationID(record: record.id)
             if let key = record.uniqueKey, let newestSequence = newest[key], newestSequence != record.enqueueSequence {
@@ -83,30 +84,51 @@ extension PersistentOperationQueue {
                 }
                 continue
             }
-            switch rebuild(record, report: &report) {
-            case .some(let operation):
-                if let retrying = operation as? RetryingOperation {
-                    let attempts = record.numberOfAttempts + inFlight
-                    retrying.restoreProgress(RetryingOperation.RestoredProgress(
-                        numberOfRetries: record.numberOfRetries,
-                        numberOfAttempts: attempts,
-                        resumesAsRetry: attempts > 0
-                    ))
-                }
-                report.restored.append(id)
-                hub.emit(.restored(id, typeIdentifier: record.typeIdentifier))
-                track(operation, record: record, attemptsInFlight: inFlight)
-            case .none:
-                continue
-            }
+            // The payload is decoded to check it, but the operation is built only when its
+            // first attempt starts: a restore of many records holds records, not operations.
+            guard isRebuildable(record, report: &report) else { continue }
+            report.restored.append(id)
+            restored.append((record, inFlight))
         }
+        // Reported before any of them is scheduled, so each `restored` event comes before
+        // the operation's first `started`.
+        hub.emit(contentsOf: restored.map { .restored(PersistentOperationID(record: $0.record.id), typeIdentifier: $0.record.typeIdentifier) })
+        trackRestored(restored)
         log(.info, "restored \(report.restored.count) operations; \(report.quarantined.count) quarantined, \(report.unknownTypes.count) of unknown types, \(report.movedToFailedAfterCrashes.count) moved to failed after crashes")
         return report
     }
 
-    /// Builds the operation of a readable pending record, or records why it cannot be:
-    /// an unknown type (left untouched) or a payload that does not decode (quarantined).
+    /// Whether a readable pending record's type is registered and its payload decodes;
+    /// records why not: an unknown type (left untouched) or a payload that does not decode
+    /// (quarantined).
+    func isRebuildable(_ record: OperationRecord, report: inout RestoreReport) -> Bool {
+        guard let type = registeredType(of: record, report: &report) else { return false }
+        do {
+            try type.checkPayload(record.payload)
+        } catch {
+            quarantineUndecodable(record, error: error, report: &report)
+            return false
+        }
+        return true
+    }
+
+    /// Builds the operation of a readable pending record, or records why it cannot be
+    /// (see ``isRebuildable(_:report:)``).
     func rebuild(_ record: OperationRecord, report: inout RestoreReport) -> Operation? {
+        guard let type = registeredType(of: record, report: &report) else { return nil }
+        let operation: Operation
+        do {
+            operation = try type.makeOperation(record.payload)
+        } catch {
+            quarantineUndecodable(record, error: error, report: &report)
+            return nil
+        }
+        operation.queuePriority = Operation.QueuePriority(rawValue: record.priority) ?? .normal
+        return operation
+    }
+
+    /// The registered type of a record; an unknown one is reported and remembered.
+    private func registeredType(of record: OperationRecord, report: inout RestoreReport) -> RegisteredType? {
         let id = PersistentOperationID(record: record.id)
         guard let type = state.withLock({ $0.registry[record.typeIdentifier] }) else {
             let unknown = UnknownTypeRecord(id: id, typeIdentifier: record.typeIdentifier)
@@ -115,23 +137,19 @@ extension PersistentOperationQueue {
             hub.emit(.unknownType(id, typeIdentifier: record.typeIdentifier))
             return nil
         }
-        let operation: Operation
-        do {
-            operation = try type.makeOperation(record.payload)
-        } catch {
-            let reason = "the payload does not decode as \"\(record.typeIdentifier)\": \(error)"
-            do {
-                let name = try store.quarantinePending(id: record.id, reason: reason)
-                store.clearAttemptsInFlight(forRecord: record.id)
-                report.quarantined.append(RestoreReport.Entry(name: name, reason: reason))
-                hub.emit(.quarantined(entryName: name, reason: reason))
-            } catch {
-                reportStoreError(record.id, "could not quarantine a record whose payload does not decode; it was not run: \(error)")
-            }
-            return nil
-        }
-        operation.queuePriority = Operation.QueuePriority(rawValue: record.priority) ?? .normal
         state.withLock { _ = $0.unknownTypeRecords.removeValue(forKey: record.id) }
-        return operation
+        return type
+    }
+
+    private func quarantineUndecodable(_ record: OperationRecord, error: any Error, report: inout RestoreReport) {
+        let reason = "the payload does not decode as \"\(record.typeIdentifier)\": \(error)"
+        do {
+            let name = try store.quarantinePending(id: record.id, reason: reason)
+            store.clearAttemptsInFlight(forRecord: record.id)
+            report.quarantined.append(RestoreReport.Entry(name: name, reason: reason))
+            hub.emit(.quarantined(entryName: name, reason: reason))
+        } catch {
+            reportStoreError(record.id, "could not quarantine a record whose payload does not decode; it was not run: \(error)")
+        }
     }
 }

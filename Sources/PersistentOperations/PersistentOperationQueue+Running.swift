@@ -2,15 +2,20 @@ import Foundation
 
 // How a stored operation moves through the queue:
 //
-//   scheduled ──due──▶ queued ──slot starts──▶ running ──wait──▶ waitingToRetry
-//   (timer)            (AttemptSlot in the       │                    │ retry due
-//                       OperationQueue)          │                    ▼
-//                                                │               queued (admission) ──▶ running …
-//                                                ▼
-//                                   finished: record removed / moved to failed
+//   scheduled ──due──▶ (ready) ──▶ queued ──slot starts──▶ running ──wait──▶ waitingToRetry
+//   (timer)            (no room    (AttemptSlot in the      │                    │ retry due
+//                       for a       OperationQueue)         │                    ▼
+//                       slot yet)                           │      (ready ▶) queued (admission) ──▶ running …
+//                                                           ▼
+//                                           finished: record removed / moved to failed
+//
+// At most `slotWindow()` slots sit in the OperationQueue at a time; due work beyond that waits
+// in `State.ready`, a heap in run order, and gets a slot as one leaves. A restored operation is
+// built from its record only when its first attempt starts (or when a query asks for it), so
+// a restore of many records holds records, not operations.
 //
 // Every change of `Entry.phase` happens under `state`'s lock; slots are released, operations
-// started or cancelled, records written and events emitted only after the lock is let go.
+// built, started or cancelled, records written and events emitted only after the lock is let go.
 
 extension PersistentOperationQueue {
     struct Entry: Sendable {
@@ -18,6 +23,8 @@ extension PersistentOperationQueue {
             /// Waiting in the timer for its not-before or next-attempt date (`nil` while
             /// being scheduled).
             case scheduled((any ScheduledRetry)?)
+            /// Due, waiting in `State.ready` for room in the `OperationQueue`.
+            case ready
             /// A slot is queued in the `OperationQueue`.
             case queued(AttemptSlot)
             /// An attempt runs, holding `slot` (`nil` for a cancelled operation started
@@ -28,7 +35,11 @@ extension PersistentOperationQueue {
         }
 
         var record: OperationRecord
-        let operation: Operation
+        /// The live operation; `nil` for a restored one until its first attempt starts (or a
+        /// query asks for it), when it is built from `record`.
+        var operation: Operation?
+        /// For a `RetryingOperation` built from a restored record: the progress it continues.
+        var restoredProgress: RetryingOperation.RestoredProgress?
         var phase: Phase = .scheduled(nil)
         var hasStarted = false
         var attemptsInFlight: Int
@@ -42,7 +53,7 @@ extension PersistentOperationQueue {
         var infoState: PersistentOperationInfo.State {
             switch phase {
             case .scheduled: return .scheduled
-            case .queued: return pendingAdmission == nil ? .queued : .waitingToRetry
+            case .ready, .queued: return pendingAdmission == nil ? .queued : .waitingToRetry
             case .running: return .running
             case .waitingToRetry: return .waitingToRetry
             }
@@ -51,9 +62,51 @@ extension PersistentOperationQueue {
 
     // MARK: Tracking
 
+    /// A due operation waiting for room in the `OperationQueue`.
+    struct ReadySlot: Sendable {
+        var id: String
+        var priority: Int
+        var enqueueSequence: UInt64
+
+        /// Higher priority first, then first enqueued (as ``OperationRecord/runsBefore(_:_:)``).
+        static func runsBefore(_ lhs: ReadySlot, _ rhs: ReadySlot) -> Bool {
+            lhs.priority != rhs.priority ? lhs.priority > rhs.priority : lhs.enqueueSequence < rhs.enqueueSequence
+        }
+    }
+
     /// Starts tracking a stored operation and schedules its first attempt.
     func track(_ operation: Operation, record: OperationRecord, attemptsInFlight: Int) {
-        let id = record.id
+        attach(operation, id: record.id)
+        state.withLock { state in
+            state.entries[record.id] = Entry(record: record, operation: operation, attemptsInFlight: attemptsInFlight)
+            state.idsByOperation[ObjectIdentifier(operation)] = record.id
+        }
+        schedule(record)
+    }
+
+    /// Starts tracking restored records whose operations are built later, when their first
+    /// attempt starts; schedules them.
+    func trackRestored(_ restored: [(record: OperationRecord, attemptsInFlight: Int)]) {
+        state.withLock { state in
+            for (record, inFlight) in restored {
+                let attempts = record.numberOfAttempts + inFlight
+                var entry = Entry(record: record, operation: nil, attemptsInFlight: inFlight)
+                entry.restoredProgress = RetryingOperation.RestoredProgress(
+                    numberOfRetries: record.numberOfRetries,
+                    numberOfAttempts: attempts,
+                    resumesAsRetry: attempts > 0
+                )
+                state.entries[record.id] = entry
+            }
+        }
+        for (record, _) in restored {
+            schedule(record)
+        }
+    }
+
+    /// Connects an operation to the queue: its retries report here and wait in the queue's
+    /// timer; a plain operation reports its end through its completion block.
+    private func attach(_ operation: Operation, id: String) {
         if let retrying = operation as? RetryingOperation {
             retrying.driver = OperationTracker(recordID: id, queue: self)
             if retrying.retryScheduler is DispatchRetryScheduler {
@@ -66,10 +119,12 @@ extension PersistentOperationQueue {
                 self?.operationFinished(id, outcome: operation?.isCancelled == true ? .cancelled : .succeeded)
             }
         }
-        state.withLock { state in
-            state.entries[id] = Entry(record: record, operation: operation, attemptsInFlight: attemptsInFlight)
-            state.idsByOperation[ObjectIdentifier(operation)] = id
-        }
+    }
+
+    /// Puts a newly tracked operation in the timer until its not-before or next-attempt
+    /// date, or queues it at once.
+    private func schedule(_ record: OperationRecord) {
+        let id = record.id
         let due = [record.notBefore, record.nextAttemptAt].compactMap { $0 }.max()
         if let due, due > timer.now {
             let token = timer.schedule(at: due) { [weak self] in self?.enqueueSlot(for: id) }
@@ -84,26 +139,133 @@ extension PersistentOperationQueue {
         }
     }
 
+    /// The live operation of `id`, built from its record first if it has not been yet.
+    ///
+    /// Returns `nil` when the queue no longer tracks `id`, or when the operation cannot be
+    /// built (its type was unregistered, or its payload no longer decodes): the record is
+    /// then quarantined and the entry forgotten.
+    func operation(for id: String) -> Operation? {
+        let found = state.withLock { state -> (operation: Operation?, entry: Entry?, type: RegisteredType?) in
+            guard let entry = state.entries[id] else { return (nil, nil, nil) }
+            if let operation = entry.operation { return (operation, nil, nil) }
+            return (nil, entry, state.registry[entry.record.typeIdentifier])
+        }
+        if let operation = found.operation { return operation }
+        guard let entry = found.entry else { return nil }
+        let record = entry.record
+        let built: Operation
+        do {
+            guard let type = found.type else {
+                throw PersistenceError(.unknownType, "\"\(record.typeIdentifier)\" is no longer registered")
+            }
+            built = try type.makeOperation(record.payload)
+        } catch {
+            quarantineUnbuildable(record, error: error)
+            return nil
+        }
+        built.queuePriority = Operation.QueuePriority(rawValue: record.priority) ?? .normal
+        if let retrying = built as? RetryingOperation, let progress = entry.restoredProgress {
+            retrying.restoreProgress(progress)
+        }
+        attach(built, id: id)
+        // Another thread may have built it meanwhile: the first one installed wins, and the
+        // other, never started, is dropped.
+        return state.withLock { state -> Operation? in
+            guard var entry = state.entries[id] else { return nil }
+            if let existing = entry.operation { return existing }
+            entry.operation = built
+            entry.restoredProgress = nil
+            state.entries[id] = entry
+            state.idsByOperation[ObjectIdentifier(built)] = id
+            return built
+        }
+    }
+
+    /// Quarantines the record of an operation that could not be built, and forgets it.
+    private func quarantineUnbuildable(_ record: OperationRecord, error: any Error) {
+        let reason = "the operation could not be rebuilt from its record: \(error)"
+        do {
+            let name = try store.quarantinePending(id: record.id, reason: reason)
+            hub.emit(.quarantined(entryName: name, reason: reason))
+        } catch {
+            reportStoreError(record.id, "could not quarantine a record whose operation cannot be rebuilt; it was not run: \(error)")
+        }
+        store.clearAttemptsInFlight(forRecord: record.id)
+        forget(record.id)
+    }
+
+    /// How many slots may sit in the `OperationQueue` at a time: enough to keep every one of
+    /// its `maxConcurrentOperationCount` busy with room to spare, without parking thousands
+    /// of placeholders there (Linux's `OperationQueue` slows down with many queued).
+    func slotWindow() -> Int {
+        let width = operationQueue.maxConcurrentOperationCount
+        return width > 0 ? max(Self.minimumSlotWindow, 4 * width) : Self.unboundedQueueSlotWindow
+    }
+
+    static let minimumSlotWindow = 64
+    static let unboundedQueueSlotWindow = 1_000
+
+    /// Under the lock: gives a due entry a slot when the `OperationQueue` has room for one,
+    /// or puts it in `ready` until it has.
+    private func queueOrHold(_ entry: inout Entry, in state: inout State, window: Int) -> AttemptSlot? {
+        guard state.slotsInQueue < window else {
+            entry.phase = .ready
+            state.ready.insert(ReadySlot(id: entry.record.id, priority: entry.record.priority, enqueueSequence: entry.record.enqueueSequence))
+            return nil
+        }
+        state.slotsInQueue += 1
+        let slot = makeSlot(for: entry)
+        entry.phase = .queued(slot)
+        return slot
+    }
+
     /// Queues a slot for the first attempt of a scheduled operation that became due.
     func enqueueSlot(for id: String) {
+        let window = slotWindow()
         let slot = state.withLock { state -> AttemptSlot? in
-            guard let entry = state.entries[id], case .scheduled = entry.phase else { return nil }
-            let slot = makeSlot(for: entry)
-            state.entries[id]?.phase = .queued(slot)
-            return slot
+            guard var entry = state.entries[id], case .scheduled = entry.phase else { return nil }
+            defer { state.entries[id] = entry }
+            return queueOrHold(&entry, in: &state, window: window)
         }
         if let slot { operationQueue.addOperation(slot) }
     }
 
-    private func makeSlot(for entry: Entry) -> AttemptSlot {
-        AttemptSlot(recordID: entry.record.id, priority: entry.operation.queuePriority) { [weak self] slot in
-            guard let self else { return slot.release() }
-            self.slotDidStart(slot)
+    /// A slot left the `OperationQueue`: give its room to the next ready operations.
+    private func slotDidLeave() {
+        let window = slotWindow()
+        let slots = state.withLock { state -> [AttemptSlot] in
+            state.slotsInQueue -= 1
+            var slots: [AttemptSlot] = []
+            while state.slotsInQueue < window, let next = state.ready.popFirst() {
+                // Skip what was cancelled or forgotten while it waited.
+                guard var entry = state.entries[next.id], case .ready = entry.phase else { continue }
+                state.slotsInQueue += 1
+                let slot = makeSlot(for: entry)
+                entry.phase = .queued(slot)
+                state.entries[next.id] = entry
+                slots.append(slot)
+            }
+            return slots
+        }
+        for slot in slots {
+            operationQueue.addOperation(slot)
         }
     }
 
+    private func makeSlot(for entry: Entry) -> AttemptSlot {
+        AttemptSlot(
+            recordID: entry.record.id,
+            priority: Operation.QueuePriority(rawValue: entry.record.priority) ?? .normal,
+            onStart: { [weak self] slot in
+                guard let self else { return slot.release() }
+                self.slotDidStart(slot)
+            },
+            onFinish: { [weak self] in self?.slotDidLeave() }
+        )
+    }
+
     private func slotDidStart(_ slot: AttemptSlot) {
-        enum Action { case release, start(Operation), admit(@Sendable () -> Void) }
+        enum Action { case release, start(Operation?), admit(@Sendable () -> Void) }
         let action = state.withLock { state -> Action in
             guard var entry = state.entries[slot.recordID], case .queued(let queued) = entry.phase, queued === slot else {
                 return .release
@@ -123,7 +285,12 @@ extension PersistentOperationQueue {
         switch action {
         case .release:
             slot.release()
-        case .start(let operation):
+        case .start(let existing):
+            guard let operation = existing ?? operation(for: slot.recordID) else { return }
+            if existing == nil, state.withLock({ $0.entries[slot.recordID]?.isCancelRequested == true }) {
+                // Cancelled while it was being built: it starts only to finish, cancelled.
+                operation.cancel()
+            }
             if !(operation is RetryingOperation) {
                 attemptWillStart(slot.recordID, attempt: nil)
             }
@@ -188,19 +355,19 @@ extension PersistentOperationQueue {
 
     /// A retry is due: queue a slot whose start admits it.
     func admissionRequested(_ id: String, admit: @escaping @Sendable () -> Void) {
-        let slot = state.withLock { state -> AttemptSlot? in
-            guard let entry = state.entries[id], case .waitingToRetry = entry.phase else { return nil }
-            let slot = makeSlot(for: entry)
-            state.entries[id]?.pendingAdmission = admit
-            state.entries[id]?.phase = .queued(slot)
-            return slot
+        let window = slotWindow()
+        let outcome = state.withLock { state -> (isTracked: Bool, slot: AttemptSlot?) in
+            guard var entry = state.entries[id], case .waitingToRetry = entry.phase else { return (false, nil) }
+            defer { state.entries[id] = entry }
+            entry.pendingAdmission = admit
+            return (true, queueOrHold(&entry, in: &state, window: window))
         }
-        guard let slot else {
+        guard outcome.isTracked else {
             // Not tracked (the queue was closed): let the operation go on unmanaged.
             admit()
             return
         }
-        operationQueue.addOperation(slot)
+        if let slot = outcome.slot { operationQueue.addOperation(slot) }
     }
 
     // MARK: Finishing
@@ -240,13 +407,15 @@ extension PersistentOperationQueue {
     func forget(_ id: String) {
         let (slot, waiters) = state.withLock { state -> (AttemptSlot?, [CheckedContinuation<Void, Never>]) in
             guard let entry = state.entries.removeValue(forKey: id) else { return (nil, []) }
-            state.idsByOperation.removeValue(forKey: ObjectIdentifier(entry.operation))
+            if let operation = entry.operation {
+                state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation))
+            }
             var slot: AttemptSlot?
             switch entry.phase {
             case .queued(let queued): slot = queued
             case .running(let running): slot = running
             case .scheduled(let token): token?.cancel()
-            case .waitingToRetry: break
+            case .ready, .waitingToRetry: break
             }
             guard state.entries.isEmpty else { return (slot, []) }
             defer { state.emptyWaiters = [] }
@@ -264,32 +433,53 @@ extension PersistentOperationQueue {
     }
 
     /// Cancels a tracked operation. One that never started is started outside the queue,
-    /// so that it finishes (cancelled) at once instead of waiting for a slot or a date.
+    /// so that it finishes (cancelled) at once instead of waiting for a slot or a date; a
+    /// restored one that was never built finishes without being built.
     func cancel(_ id: String) {
-        let target = state.withLock { state -> (operation: Operation, token: (any ScheduledRetry)?, slot: AttemptSlot?, startsNow: Bool)? in
+        enum Target {
+            case finishUnbuilt
+            case operation(Operation, token: (any ScheduledRetry)?, slot: AttemptSlot?, startsNow: Bool)
+        }
+        let target = state.withLock { state -> Target? in
             guard var entry = state.entries[id] else { return nil }
             defer { state.entries[id] = entry }
             entry.isCancelRequested = true
+            guard let operation = entry.operation else {
+                // Being built for its first attempt, that attempt cancels it; otherwise it
+                // never existed in this run, and finishing means removing its record.
+                guard !entry.hasStarted else { return nil }
+                entry.hasStarted = true
+                return .finishUnbuilt
+            }
             switch entry.phase {
             case .scheduled(let token) where !entry.hasStarted:
                 entry.hasStarted = true
                 entry.phase = .running(nil)
-                return (entry.operation, token, nil, true)
+                return .operation(operation, token: token, slot: nil, startsNow: true)
+            case .ready where !entry.hasStarted:
+                entry.hasStarted = true
+                entry.phase = .running(nil)
+                return .operation(operation, token: nil, slot: nil, startsNow: true)
             case .queued(let slot) where !entry.hasStarted:
                 entry.hasStarted = true
                 entry.phase = .running(nil)
-                return (entry.operation, nil, slot, true)
+                return .operation(operation, token: nil, slot: slot, startsNow: true)
             default:
-                return (entry.operation, nil, nil, false)
+                return .operation(operation, token: nil, slot: nil, startsNow: false)
             }
         }
-        guard let target else { return }
-        target.token?.cancel()
-        target.slot?.cancel()
-        target.operation.cancel()
-        if target.startsNow {
-            let operation = target.operation
-            DispatchQueue.global().async { operation.start() }
+        switch target {
+        case nil:
+            return
+        case .finishUnbuilt:
+            operationFinished(id, outcome: .cancelled)
+        case .operation(let operation, let token, let slot, let startsNow):
+            token?.cancel()
+            slot?.cancel()
+            operation.cancel()
+            if startsNow {
+                DispatchQueue.global().async { operation.start() }
+            }
         }
     }
 

@@ -40,6 +40,8 @@ public final class PersistentOperationQueue: @unchecked Sendable {
 
     struct RegisteredType: Sendable {
         var makeOperation: @Sendable (Data) throws -> Operation
+        /// Decodes a payload without building an operation (restore checks every record).
+        var checkPayload: @Sendable (Data) throws -> Void
     }
 
     struct State: Sendable {
@@ -49,6 +51,10 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         var unknownTypeRecords: [String: UnknownTypeRecord] = [:]
         var isClosed = false
         var emptyWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Slots added to the `OperationQueue` that have not finished.
+        var slotsInQueue = 0
+        /// Due operations waiting for room in the `OperationQueue`, first to run first.
+        var ready = Heap<ReadySlot>(by: ReadySlot.runsBefore)
     }
 
     /// The queue the attempts run in.
@@ -128,9 +134,10 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// queue.register(SyncOperation.self)
     /// ```
     public func register<Op: PersistentOperation>(_ type: Op.Type) {
-        let registered = RegisteredType { data in
-            Op(payload: try RecordFormat.decodePayload(Op.Payload.self, from: data))
-        }
+        let registered = RegisteredType(
+            makeOperation: { data in Op(payload: try RecordFormat.decodePayload(Op.Payload.self, from: data)) },
+            checkPayload: { data in _ = try RecordFormat.decodePayload(Op.Payload.self, from: data) }
+        )
         state.withLock { $0.registry[Op.persistenceIdentifier] = registered }
     }
 

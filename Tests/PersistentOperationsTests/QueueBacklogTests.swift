@@ -1,0 +1,138 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+/// A plain operation that journals when it is built (`built NAME`) and when it runs
+/// (`NAME ran`), to show when a restored operation is built.
+final class BuildCountingNote: Operation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "test.build-counting-note"
+    let payload: UploadPayload
+
+    init(payload: UploadPayload) {
+        self.payload = payload
+        super.init()
+        Journal.record(payload.journal, "built \(payload.name)")
+    }
+
+    override func main() {
+        guard !isCancelled else { return }
+        Journal.record(payload.journal, "\(payload.name) ran")
+    }
+}
+
+/// Large backlogs: a restore holds records rather than operations (each is built when its
+/// first attempt starts), and due work beyond a window of slots waits outside the
+/// `OperationQueue`, in run order.
+@Suite("Persistent queue: backlog", .timeLimit(.minutes(1)))
+struct QueueBacklogTests {
+    /// A store holding the named notes (added by a first launch that then closed), reopened
+    /// by a suspended queue that restores them.
+    func restoredNotes(_ names: [String]) throws -> (fixture: QueueFixture, report: RestoreReport) {
+        let first = try QueueFixture(suspended: true)
+        first.queue.register(BuildCountingNote.self)
+        for name in names {
+            try first.queue.addOperation(BuildCountingNote(payload: UploadPayload(name: name, journal: first.journal)))
+        }
+        first.queue.close()
+        let second = try QueueFixture(suspended: true, directory: first.directory, journal: first.journal)
+        second.queue.register(BuildCountingNote.self)
+        return (second, try second.queue.restore())
+    }
+
+    @Test func aRestoredOperationIsBuiltOnlyWhenItsFirstAttemptStartsAndACancelledOneNever() async throws {
+        // Given three notes restored by a suspended queue
+        let (fixture, report) = try restoredNotes(["a", "b", "c"])
+        let builtByTheTest = ["built a", "built b", "built c"]
+        // Then restoring built none of them
+        #expect(report.restored.count == 3)
+        #expect(fixture.lines == builtByTheTest)
+        #expect(try fixture.queue.counts().queued == 3)
+
+        // When one is cancelled before it ran, it finishes without being built
+        #expect(fixture.queue.cancelOperation(withID: report.restored[0]))
+        #expect(try fixture.pendingRecords().map(\.id).sorted() == report.restored[1...].map(\.rawValue).sorted())
+        #expect(fixture.lines == builtByTheTest)
+
+        // And when the queue runs, each other one is built just before it runs, once
+        fixture.queue.operationQueue.isSuspended = false
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines == builtByTheTest + ["built b", "b ran", "built c", "c ran"])
+        #expect(try fixture.pendingRecords().isEmpty)
+        let events = fixture.deliveredEvents()
+        #expect(events.contains(.cancelled(report.restored[0])))
+        #expect(events.filter { if case .succeeded = $0 { return true } else { return false } }.count == 2)
+    }
+
+    @Test func aQueryBuildsARestoredOperationOnceAndThatOperationIsTheOneThatRuns() async throws {
+        // Given two restored notes, not built
+        let (fixture, _) = try restoredNotes(["x", "y"])
+
+        // When a query asks for them
+        let infos = fixture.queue.operations()
+        // Then they are built for it, and asking again builds nothing more
+        #expect(infos.map { ($0.operation as? BuildCountingNote)?.payload.name } == ["x", "y"])
+        _ = fixture.queue.operations()
+        #expect(fixture.lines == ["built x", "built y", "built x", "built y"])
+
+        // And the operations the query returned are the ones that run
+        fixture.queue.operationQueue.isSuspended = false
+        await fixture.queue.allOperationsFinished()
+        #expect(infos.allSatisfy { $0.operation.isFinished })
+        #expect(fixture.lines.suffix(2) == ["x ran", "y ran"])
+    }
+
+    @Test func anOperationThatNoLongerBuildsWhenDueIsQuarantinedAndTheOthersRun() async throws {
+        // Given a scripted upload restored with its type registered, then its identifier
+        // re-registered for a type whose payload it does not decode as
+        let first = try QueueFixture(suspended: true)
+        try first.queue.addOperation(first.upload("u"))
+        first.queue.register(BuildCountingNote.self)
+        try first.queue.addOperation(BuildCountingNote(payload: UploadPayload(name: "n", journal: first.journal)))
+        first.queue.close()
+        let second = try QueueFixture(suspended: true, directory: first.directory, journal: first.journal)
+        second.queue.register(BuildCountingNote.self)
+        #expect(try second.queue.restore().restored.count == 2)
+        second.queue.register(OtherShape.self)
+
+        // When the queue runs
+        second.queue.operationQueue.isSuspended = false
+        await second.queue.allOperationsFinished()
+
+        // Then the upload is quarantined with a reason (never run), and the note ran
+        #expect(second.lines.contains("n ran"))
+        #expect(!second.lines.contains { $0.hasPrefix("u#") })
+        #expect(try second.pendingRecords().isEmpty)
+        #expect(try second.queue.counts().quarantined == 1)
+        #expect(second.deliveredEvents().contains {
+            if case .quarantined(_, let reason) = $0 { return reason.contains("could not be rebuilt") }
+            return false
+        })
+    }
+
+    @Test func dueWorkBeyondTheSlotWindowWaitsOutsideTheOperationQueueAndRunsInPriorityThenEnqueueOrder() async throws {
+        // Given a suspended serial queue (a window of 64 slots) and 150 due notes of
+        // alternating priority
+        let fixture = try QueueFixture(maxConcurrent: 1, suspended: true)
+        let window = fixture.queue.slotWindow()
+        #expect(window == PersistentOperationQueue.minimumSlotWindow)
+        let count = window * 2 + 22
+        var expectedHigh: [String] = []
+        var expectedLow: [String] = []
+        for index in 0..<count {
+            let note = PlainNote(payload: UploadPayload(name: "n\(index)", journal: fixture.journal))
+            note.queuePriority = index.isMultiple(of: 2) ? .high : .low
+            try fixture.queue.addOperation(note)
+            if index.isMultiple(of: 2) { expectedHigh.append("n\(index) ran") } else { expectedLow.append("n\(index) ran") }
+        }
+
+        // Then only a window of slots sits in the OperationQueue; every note counts as queued
+        #expect(fixture.queue.operationQueue.operationCount == window)
+        #expect(try fixture.queue.counts().queued == count)
+
+        // When the queue runs, every note runs once, higher priority first, then in enqueue order
+        fixture.queue.operationQueue.isSuspended = false
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines == expectedHigh + expectedLow)
+        #expect(fixture.queue.operationQueue.operationCount == 0)
+    }
+}
