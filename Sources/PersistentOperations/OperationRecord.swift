@@ -104,6 +104,16 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         self.failureReason = failureReason
     }
 
+    /// When the operation may next start: the later of its not-before and next-attempt
+    /// dates, `nil` when it may start now.
+    package var dueDate: Date? {
+        switch (notBefore, nextAttemptAt) {
+        case (let notBefore?, let next?): return max(notBefore, next)
+        case (let date?, nil), (nil, let date?): return date
+        case (nil, nil): return nil
+        }
+    }
+
     /// The order in which pending records run: higher ``priority`` first, then lower
     /// ``enqueueSequence`` (first in, first out).
     package static func runsBefore(_ lhs: OperationRecord, _ rhs: OperationRecord) -> Bool {

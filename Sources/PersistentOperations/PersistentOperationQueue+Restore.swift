@@ -30,7 +30,10 @@ extension PersistentOperationQueue {
     @discardableResult
     public func restore() throws -> RestoreReport {
         try checkOpen()
-        let loaded = try store.loadPending()
+        var loaded = try store.loadPending()
+        // Taken out of the load report so that it is freed as soon as the loop below is done.
+        var records: [OperationRecord] = []
+        swap(&records, &loaded.records)
         let markers = store.attemptsInFlight()
         var report = RestoreReport()
 
@@ -51,12 +54,14 @@ extension PersistentOperationQueue {
             return (Set(state.entries.keys), newest)
         }
         var newest = newestByKey
-        for record in loaded.records {
+        for record in records {
             if let key = record.uniqueKey { newest[key] = max(newest[key] ?? 0, record.enqueueSequence) }
         }
 
-        var restored: [(record: OperationRecord, attemptsInFlight: Int)] = []
-        for record in loaded.records where !tracked.contains(record.id) {
+        var restoredEvents: [PersistentOperationEvent] = []
+        var toSchedule: [(id: String, due: Date?)] = []
+        state.withLock { $0.entries.reserveCapacity($0.entries.count + records.count) }
+        for record in records where !tracked.contains(record.id) {
             let id = PersistentOperationID(record: record.id)
             if let key = record.uniqueKey, let newestSequence = newest[key], newestSequence != record.enqueueSequence {
                 // A replacement that a crash interrupted: the newer record wins.
@@ -88,12 +93,17 @@ extension PersistentOperationQueue {
             // first attempt starts: a restore of many records holds records, not operations.
             guard isRebuildable(record, report: &report) else { continue }
             report.restored.append(id)
-            restored.append((record, inFlight))
+            restoredEvents.append(.restored(id, typeIdentifier: record.typeIdentifier))
+            trackRestored(record, attemptsInFlight: inFlight)
+            toSchedule.append((record.id, record.dueDate))
         }
+        records = []
         // Reported before any of them is scheduled, so each `restored` event comes before
         // the operation's first `started`.
-        hub.emit(contentsOf: restored.map { .restored(PersistentOperationID(record: $0.record.id), typeIdentifier: $0.record.typeIdentifier) })
-        trackRestored(restored)
+        hub.emit(contentsOf: restoredEvents)
+        for (id, due) in toSchedule {
+            schedule(id, due: due)
+        }
         log(.info, "restored \(report.restored.count) operations; \(report.quarantined.count) quarantined, \(report.unknownTypes.count) of unknown types, \(report.movedToFailedAfterCrashes.count) moved to failed after crashes")
         return report
     }

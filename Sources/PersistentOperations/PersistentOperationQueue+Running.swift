@@ -81,27 +81,20 @@ extension PersistentOperationQueue {
             state.entries[record.id] = Entry(record: record, operation: operation, attemptsInFlight: attemptsInFlight)
             state.idsByOperation[ObjectIdentifier(operation)] = record.id
         }
-        schedule(record)
+        schedule(record.id, due: record.dueDate)
     }
 
-    /// Starts tracking restored records whose operations are built later, when their first
-    /// attempt starts; schedules them.
-    func trackRestored(_ restored: [(record: OperationRecord, attemptsInFlight: Int)]) {
-        state.withLock { state in
-            for (record, inFlight) in restored {
-                let attempts = record.numberOfAttempts + inFlight
-                var entry = Entry(record: record, operation: nil, attemptsInFlight: inFlight)
-                entry.restoredProgress = RetryingOperation.RestoredProgress(
-                    numberOfRetries: record.numberOfRetries,
-                    numberOfAttempts: attempts,
-                    resumesAsRetry: attempts > 0
-                )
-                state.entries[record.id] = entry
-            }
-        }
-        for (record, _) in restored {
-            schedule(record)
-        }
+    /// Starts tracking a restored record whose operation is built later, when its first
+    /// attempt starts; the caller schedules it.
+    func trackRestored(_ record: OperationRecord, attemptsInFlight: Int) {
+        let attempts = record.numberOfAttempts + attemptsInFlight
+        var entry = Entry(record: record, operation: nil, attemptsInFlight: attemptsInFlight)
+        entry.restoredProgress = RetryingOperation.RestoredProgress(
+            numberOfRetries: record.numberOfRetries,
+            numberOfAttempts: attempts,
+            resumesAsRetry: attempts > 0
+        )
+        state.withLock { $0.entries[record.id] = entry }
     }
 
     /// Connects an operation to the queue: its retries report here and wait in the queue's
@@ -121,11 +114,9 @@ extension PersistentOperationQueue {
         }
     }
 
-    /// Puts a newly tracked operation in the timer until its not-before or next-attempt
-    /// date, or queues it at once.
-    private func schedule(_ record: OperationRecord) {
-        let id = record.id
-        let due = [record.notBefore, record.nextAttemptAt].compactMap { $0 }.max()
+    /// Puts a newly tracked operation in the timer until `due` (its not-before or
+    /// next-attempt date), or queues it at once.
+    func schedule(_ id: String, due: Date?) {
         if let due, due > timer.now {
             let token = timer.schedule(at: due) { [weak self] in self?.enqueueSlot(for: id) }
             let isStale = state.withLock { state -> Bool in
