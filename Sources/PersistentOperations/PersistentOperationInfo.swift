@@ -24,7 +24,8 @@ public struct PersistentOperationInfo: Sendable {
     public var id: PersistentOperationID
     /// The type's ``PersistentOperation/persistenceIdentifier``.
     public var typeIdentifier: String
-    /// The live operation.
+    /// The live operation. A restored operation is built from its record when first asked
+    /// for (here or when its first attempt starts), once; this is the instance that runs.
     public var operation: Operation
     /// Where the operation is in its life.
     public var state: State

@@ -16,8 +16,16 @@ import Foundation
 /// but the stored operations themselves are not added to it: the queue adds a placeholder
 /// that holds a slot for the length of one attempt. A `RetryingOperation` waiting for a
 /// retry, and an operation whose not-before date is in the future, hold no slot and are not
-/// parked in the `OperationQueue`; they wait in the queue's single timer. Dependencies
-/// between stored operations are not saved: express order with priorities.
+/// parked in the `OperationQueue`; they wait in the queue's single timer. Due work beyond a
+/// window of slots (four per `maxConcurrentOperationCount`, at least 64; 1,000 for an
+/// unbounded queue) waits in the queue's own ready list, in priority then enqueue order, and
+/// gets a slot as one frees up. Dependencies between stored operations are not saved:
+/// express order with priorities.
+///
+/// **Restored operations are built when due.** ``restore()`` checks every record (its
+/// payload is decoded) but builds a restored operation only when its first attempt starts,
+/// or when a query such as ``operations()`` returns it: a launch with a large backlog holds
+/// records, not operations.
 ///
 /// **Lifecycle on disk.** Success or cancellation removes the record. Before a retry wait
 /// starts the record is rewritten with the retry count and the next-attempt date. A
