@@ -29,7 +29,8 @@ final class DueTimer: RetryScheduler, @unchecked Sendable {
         var armGeneration: UInt64 = 0
     }
 
-    private final class Token: ScheduledRetry {
+    /// A scheduled call; ``cancel()`` makes sure it is not made.
+    final class Token: ScheduledRetry {
         let sequence: UInt64
         weak let timer: DueTimer?
         init(sequence: UInt64, timer: DueTimer) {
@@ -55,7 +56,7 @@ final class DueTimer: RetryScheduler, @unchecked Sendable {
     }
 
     /// Calls `action` once, on any thread, at `date` (at once if it has passed).
-    func schedule(at date: Date, _ action: @escaping @Sendable () -> Void) -> any ScheduledRetry {
+    func schedule(at date: Date, _ action: @escaping @Sendable () -> Void) -> Token {
         let sequence = state.withLock { state in
             state.nextSequence += 1
             state.heap.insert(Item(due: date, sequence: state.nextSequence, action: action))

@@ -22,7 +22,7 @@ extension PersistentOperationQueue {
         enum Phase: Sendable {
             /// Waiting in the timer for its not-before or next-attempt date (`nil` while
             /// being scheduled).
-            case scheduled((any ScheduledRetry)?)
+            case scheduled(DueTimer.Token?)
             /// Due, waiting in `State.ready` for room in the `OperationQueue`.
             case ready
             /// A slot is queued in the `OperationQueue`.
@@ -38,8 +38,6 @@ extension PersistentOperationQueue {
         /// The live operation; `nil` for a restored one until its first attempt starts (or a
         /// query asks for it), when it is built from `record`.
         var operation: Operation?
-        /// For a `RetryingOperation` built from a restored record: the progress it continues.
-        var restoredProgress: RetryingOperation.RestoredProgress?
         var phase: Phase = .scheduled(nil)
         var hasStarted = false
         var attemptsInFlight: Int
@@ -87,13 +85,7 @@ extension PersistentOperationQueue {
     /// Starts tracking a restored record whose operation is built later, when its first
     /// attempt starts; the caller schedules it.
     func trackRestored(_ record: OperationRecord, attemptsInFlight: Int) {
-        let attempts = record.numberOfAttempts + attemptsInFlight
-        var entry = Entry(record: record, operation: nil, attemptsInFlight: attemptsInFlight)
-        entry.restoredProgress = RetryingOperation.RestoredProgress(
-            numberOfRetries: record.numberOfRetries,
-            numberOfAttempts: attempts,
-            resumesAsRetry: attempts > 0
-        )
+        let entry = Entry(record: record, operation: nil, attemptsInFlight: attemptsInFlight)
         state.withLock { $0.entries[record.id] = entry }
     }
 
@@ -155,8 +147,16 @@ extension PersistentOperationQueue {
             return nil
         }
         built.queuePriority = Operation.QueuePriority(rawValue: record.priority) ?? .normal
-        if let retrying = built as? RetryingOperation, let progress = entry.restoredProgress {
-            retrying.restoreProgress(progress)
+        if let retrying = built as? RetryingOperation {
+            // Only restored entries are built here (added and re-queued operations come
+            // built), and before their first attempt, so the record and the count of attempts
+            // in flight at the crash are still as the restore found them.
+            let attempts = record.numberOfAttempts + entry.attemptsInFlight
+            retrying.restoreProgress(RetryingOperation.RestoredProgress(
+                numberOfRetries: record.numberOfRetries,
+                numberOfAttempts: attempts,
+                resumesAsRetry: attempts > 0
+            ))
         }
         attach(built, id: id)
         // Another thread may have built it meanwhile: the first one installed wins, and the
@@ -165,7 +165,6 @@ extension PersistentOperationQueue {
             guard var entry = state.entries[id] else { return nil }
             if let existing = entry.operation { return existing }
             entry.operation = built
-            entry.restoredProgress = nil
             state.entries[id] = entry
             state.idsByOperation[ObjectIdentifier(built)] = id
             return built

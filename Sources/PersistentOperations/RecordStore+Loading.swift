@@ -42,7 +42,8 @@ extension RecordStore {
         where belongsThere: (OperationRecord) -> Bool
     ) throws -> LoadReport {
         var report = try loadArea(area)
-        guard access == .readWrite else { return report }
+        // Rare (a crash in the middle of a move): skip the copy of every record otherwise.
+        guard access == .readWrite, report.records.contains(where: belongsThere) else { return report }
         var staying: [OperationRecord] = []
         for record in report.records {
             if belongsThere(record) {
@@ -82,7 +83,10 @@ extension RecordStore {
 
     private func loadArea(_ area: StoreLayout.Area) throws -> LoadReport {
         var report = LoadReport()
-        for name in try listArea(area).sorted() where !StoreLayout.isTemporaryFileName(name) {
+        let names = try listArea(area).sorted()
+        // One allocation of the right size: growing by doubling would briefly hold two.
+        report.records.reserveCapacity(names.count)
+        for name in names where !StoreLayout.isTemporaryFileName(name) {
             switch inspectEntry(name, in: area) {
             case .record(let record):
                 report.records.append(record)
