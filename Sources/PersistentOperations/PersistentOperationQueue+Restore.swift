@@ -30,13 +30,30 @@ extension PersistentOperationQueue {
     @discardableResult
     public func restore() throws -> RestoreReport {
         try checkOpen()
-        var loaded = try store.loadPending()
-        // Taken out of the load report so that it is freed as soon as the loop below is done.
-        var records: [OperationRecord] = []
-        swap(&records, &loaded.records)
         let markers = store.attemptsInFlight()
         var report = RestoreReport()
+        let (tracked, newestTrackedByKey) = state.withLock { state in
+            var newest: [String: UInt64] = [:]
+            for entry in state.entries.values {
+                if let key = entry.record.uniqueKey { newest[key] = max(newest[key] ?? 0, entry.record.enqueueSequence) }
+            }
+            return (Set(state.entries.keys), newest)
+        }
 
+        // Records are taken one at a time as they are read, and only what scheduling needs
+        // is kept of each (its payload is read again when the operation is built), so a
+        // restore of many records never holds them all. Records with a unique key wait until
+        // every record has been read, to know which of them is the newest.
+        var restored: [RestoredRecord] = []
+        var keyed: [OperationRecord] = []
+        let loaded = try store.loadPending { record in
+            guard !tracked.contains(record.id) else { return }
+            if record.uniqueKey != nil {
+                keyed.append(record)
+            } else {
+                admitRestored(record, attemptsInFlight: markers[record.id] ?? 0, into: &restored, report: &report)
+            }
+        }
         for entry in loaded.quarantined {
             let name = entry.quarantineName ?? entry.name
             report.quarantined.append(RestoreReport.Entry(name: name, reason: entry.reason))
@@ -46,66 +63,76 @@ extension PersistentOperationQueue {
             report.newerFormatVersions.append(RestoreReport.Entry(name: entry.name, reason: entry.reason))
         }
 
-        let (tracked, newestByKey) = state.withLock { state in
-            var newest: [String: UInt64] = [:]
-            for entry in state.entries.values {
-                if let key = entry.record.uniqueKey { newest[key] = max(newest[key] ?? 0, entry.record.enqueueSequence) }
-            }
-            return (Set(state.entries.keys), newest)
-        }
-        var newest = newestByKey
-        for record in records {
+        var newest = newestTrackedByKey
+        for record in keyed {
             if let key = record.uniqueKey { newest[key] = max(newest[key] ?? 0, record.enqueueSequence) }
         }
-
-        var restoredEvents: [PersistentOperationEvent] = []
-        var toSchedule: [(id: String, due: Date?)] = []
-        state.withLock { $0.entries.reserveCapacity($0.entries.count + records.count) }
-        for record in records where !tracked.contains(record.id) {
-            let id = PersistentOperationID(record: record.id)
+        for record in keyed {
             if let key = record.uniqueKey, let newestSequence = newest[key], newestSequence != record.enqueueSequence {
                 // A replacement that a crash interrupted: the newer record wins.
                 do {
                     try store.removePending(id: record.id)
                     store.clearAttemptsInFlight(forRecord: record.id)
-                    report.removedAsReplaced.append(id)
+                    report.removedAsReplaced.append(PersistentOperationID(record: record.id))
                 } catch {
                     reportStoreError(record.id, "could not remove a record replaced by a newer one with the same unique key: \(error)")
                 }
                 continue
             }
-            let inFlight = markers[record.id] ?? 0
-            if inFlight >= configuration.crashLoopLimit {
-                let reason = "an attempt was running during \(inFlight) consecutive crashes (crash-loop limit \(configuration.crashLoopLimit))"
-                do {
-                    var failed = record
-                    failed.attemptsInFlight = inFlight
-                    _ = try store.moveToFailed(failed, reason: reason)
-                    store.clearAttemptsInFlight(forRecord: record.id)
-                    report.movedToFailedAfterCrashes.append(id)
-                    hub.emit(.failed(id, reason: reason))
-                } catch {
-                    reportStoreError(record.id, "could not move a crash-looping record to the failed area; it was not run: \(error)")
-                }
-                continue
-            }
-            // The payload is decoded to check it, but the operation is built only when its
-            // first attempt starts: a restore of many records holds records, not operations.
-            guard isRebuildable(record, report: &report) else { continue }
-            report.restored.append(id)
-            restoredEvents.append(.restored(id, typeIdentifier: record.typeIdentifier))
-            trackRestored(record, attemptsInFlight: inFlight)
-            toSchedule.append((record.id, record.dueDate))
+            admitRestored(record, attemptsInFlight: markers[record.id] ?? 0, into: &restored, report: &report)
         }
-        records = []
+        keyed = []
+
+        restored.sort(by: RestoredRecord.runsBefore)
+        report.restored = restored.map { PersistentOperationID(record: $0.id) }
         // Reported before any of them is scheduled, so each `restored` event comes before
         // the operation's first `started`.
-        hub.emit(contentsOf: restoredEvents)
-        for (id, due) in toSchedule {
-            schedule(id, due: due)
+        hub.emit(contentsOf: restored.map { .restored(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) })
+        for record in restored {
+            schedule(record.id, due: record.due)
         }
         log(.info, "restored \(report.restored.count) operations; \(report.quarantined.count) quarantined, \(report.unknownTypes.count) of unknown types, \(report.movedToFailedAfterCrashes.count) moved to failed after crashes")
         return report
+    }
+
+    /// What ``restore()`` keeps of a restored record until it is scheduled.
+    struct RestoredRecord {
+        var id: String
+        var typeIdentifier: String
+        var priority: Int
+        var enqueueSequence: UInt64
+        var due: Date?
+
+        static func runsBefore(_ lhs: RestoredRecord, _ rhs: RestoredRecord) -> Bool {
+            lhs.priority != rhs.priority ? lhs.priority > rhs.priority : lhs.enqueueSequence < rhs.enqueueSequence
+        }
+    }
+
+    /// Tracks one restored record, unless it crash-looped (moved to the failed area) or
+    /// cannot be rebuilt (reported); the payload is decoded to check it, but the operation is
+    /// built only when its first attempt starts.
+    private func admitRestored(_ record: OperationRecord, attemptsInFlight inFlight: Int, into restored: inout [RestoredRecord], report: inout RestoreReport) {
+        let id = PersistentOperationID(record: record.id)
+        if inFlight >= configuration.crashLoopLimit {
+            let reason = "an attempt was running during \(inFlight) consecutive crashes (crash-loop limit \(configuration.crashLoopLimit))"
+            do {
+                var failed = record
+                failed.attemptsInFlight = inFlight
+                _ = try store.moveToFailed(failed, reason: reason)
+                store.clearAttemptsInFlight(forRecord: record.id)
+                report.movedToFailedAfterCrashes.append(id)
+                hub.emit(.failed(id, reason: reason))
+            } catch {
+                reportStoreError(record.id, "could not move a crash-looping record to the failed area; it was not run: \(error)")
+            }
+            return
+        }
+        guard isRebuildable(record, report: &report) else { return }
+        trackRestored(record, attemptsInFlight: inFlight)
+        restored.append(RestoredRecord(
+            id: record.id, typeIdentifier: record.typeIdentifier, priority: record.priority,
+            enqueueSequence: record.enqueueSequence, due: record.dueDate
+        ))
     }
 
     /// Whether a readable pending record's type is registered and its payload decodes;

@@ -83,8 +83,12 @@ extension PersistentOperationQueue {
     }
 
     /// Starts tracking a restored record whose operation is built later, when its first
-    /// attempt starts; the caller schedules it.
+    /// attempt starts; the caller schedules it. The payload is not kept: it is read from the
+    /// record file again when the operation is built (an empty payload marks that; a stored
+    /// payload never is empty).
     func trackRestored(_ record: OperationRecord, attemptsInFlight: Int) {
+        var record = record
+        record.payload = Data()
         let entry = Entry(record: record, operation: nil, attemptsInFlight: attemptsInFlight)
         state.withLock { $0.entries[record.id] = entry }
     }
@@ -135,9 +139,16 @@ extension PersistentOperationQueue {
         }
         if let operation = found.operation { return operation }
         guard let entry = found.entry else { return nil }
-        let record = entry.record
+        var record = entry.record
         let built: Operation
         do {
+            if record.payload.isEmpty {
+                let stored = try store.readPending(id: id)
+                guard stored.typeIdentifier == record.typeIdentifier else {
+                    throw PersistenceError(.corruptRecord, "the record's type changed on disk to \"\(stored.typeIdentifier)\"")
+                }
+                record.payload = stored.payload
+            }
             guard let type = found.type else {
                 throw PersistenceError(.unknownType, "\"\(record.typeIdentifier)\" is no longer registered")
             }
@@ -165,6 +176,7 @@ extension PersistentOperationQueue {
             guard var entry = state.entries[id] else { return nil }
             if let existing = entry.operation { return existing }
             entry.operation = built
+            if entry.record.payload.isEmpty { entry.record.payload = record.payload }
             state.entries[id] = entry
             state.idsByOperation[ObjectIdentifier(built)] = id
             return built

@@ -25,6 +25,30 @@ extension RecordStore {
         try loadArea(.pending, finishingMovesTo: .failed) { $0.failureReason != nil }
     }
 
+    /// Reads every pending record like ``loadPending()``, but hands each readable record to
+    /// `body` as it is read (in no particular order) instead of collecting them, so that a
+    /// caller keeping only part of each never holds every record at once. The returned
+    /// report's ``LoadReport/records`` is empty.
+    package func loadPending(each body: (OperationRecord) throws -> Void) throws -> LoadReport {
+        try loadArea(.pending, finishingMovesTo: .failed, where: { $0.failureReason != nil }, each: body)
+    }
+
+    /// Reads one pending record again, verified like a load.
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound`` when there is no such record, or
+    ///   the reason it cannot be used (such as ``PersistenceError/Code/corruptRecord``).
+    package func readPending(id: String) throws -> OperationRecord {
+        let path = try existingRecordPath(id, in: .pending)
+        switch inspectEntry(StoreLayout.fileName(ofRecord: id), in: .pending) {
+        case .record(let record):
+            return record
+        case .bad(let reason, let code):
+            throw PersistenceError(code, reason, fileURL: url(path))
+        case .newerVersion(let reason):
+            throw PersistenceError(.unsupportedFormatVersion, reason, fileURL: url(path))
+        }
+    }
+
     /// Reads every record of the failed area, quarantining every entry that cannot be used.
     ///
     /// A record whose re-queueing a crash interrupted (no failure reason left) is moved on to
@@ -33,27 +57,41 @@ extension RecordStore {
         try loadArea(.failed, finishingMovesTo: .pending) { $0.failureReason == nil }
     }
 
-    /// Loads `area`, then moves on to `destination` every record that `belongsThere` — the
-    /// move between pending and failed that a crash interrupted after rewriting the record.
-    /// A read-only store reports those records where they are.
+    /// Loads `area`, moving on to `destination` every record that `belongsThere` — the move
+    /// between pending and failed that a crash interrupted after rewriting the record — and
+    /// collects the others in run order. A read-only store reports those records where they are.
     private func loadArea(
         _ area: StoreLayout.Area,
         finishingMovesTo destination: StoreLayout.Area,
         where belongsThere: (OperationRecord) -> Bool
     ) throws -> LoadReport {
-        var report = try loadArea(area)
-        // Rare (a crash in the middle of a move): skip the copy of every record otherwise.
-        guard access == .readWrite, report.records.contains(where: belongsThere) else { return report }
-        var staying: [OperationRecord] = []
-        for record in report.records {
-            if belongsThere(record) {
+        var records: [OperationRecord] = []
+        var report = try loadArea(area, finishingMovesTo: destination, where: belongsThere, reservingCapacity: { records.reserveCapacity($0) }) {
+            records.append($0)
+        }
+        report.records = records
+        report.sortRecords()
+        return report
+    }
+
+    /// Loads `area` like the method above, handing each record that stays to `body`.
+    private func loadArea(
+        _ area: StoreLayout.Area,
+        finishingMovesTo destination: StoreLayout.Area,
+        where belongsThere: (OperationRecord) -> Bool,
+        reservingCapacity reserve: (Int) -> Void = { _ in },
+        each body: (OperationRecord) throws -> Void
+    ) throws -> LoadReport {
+        var completedMoves: [OperationRecord] = []
+        var report = try loadArea(area, reservingCapacity: reserve) { record in
+            if access == .readWrite, belongsThere(record) {
                 try move(record.id, from: area, to: destination)
-                report.completedMoves.append(record)
+                completedMoves.append(record)
             } else {
-                staying.append(record)
+                try body(record)
             }
         }
-        report.records = staying
+        report.completedMoves = completedMoves
         return report
     }
 
@@ -81,15 +119,23 @@ extension RecordStore {
 
     // MARK: Machinery
 
-    private func loadArea(_ area: StoreLayout.Area) throws -> LoadReport {
+    /// Reads every entry of `area`, quarantining (or, read-only, skipping) the bad ones, and
+    /// hands each readable record to `body`. `reserve` is told how many entries there are.
+    private func loadArea(
+        _ area: StoreLayout.Area,
+        reservingCapacity reserve: (Int) -> Void,
+        each body: (OperationRecord) throws -> Void
+    ) throws -> LoadReport {
         var report = LoadReport()
         let names = try listArea(area).sorted()
         // One allocation of the right size: growing by doubling would briefly hold two.
-        report.records.reserveCapacity(names.count)
+        reserve(names.count)
+        var largest: UInt64 = 0
         for name in names where !StoreLayout.isTemporaryFileName(name) {
             switch inspectEntry(name, in: area) {
             case .record(let record):
-                report.records.append(record)
+                largest = max(largest, record.enqueueSequence)
+                try body(record)
             case .newerVersion(let reason):
                 report.skipped.append(LoadReport.Entry(name: name, reason: reason, code: .unsupportedFormatVersion))
             case .bad(let reason, let code):
@@ -105,12 +151,10 @@ extension RecordStore {
                 }
             }
         }
-        let largest = report.records.map(\.enqueueSequence).max() ?? 0
         state.withLock { state in
             state.lastEnqueueSequence = max(state.lastEnqueueSequence, largest)
             state.areasWithKnownEnqueueSequences.insert(area)
         }
-        report.sortRecords()
         return report
     }
 

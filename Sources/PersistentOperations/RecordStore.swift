@@ -163,6 +163,7 @@ package final class RecordStore: Sendable {
     ///   stays in place; only when the final directory sync fails may the new version remain.
     package func update(_ record: OperationRecord) throws {
         try checkWritable()
+        try checkHasPayload(record)
         let bytes = try RecordFormat.encode(record, maximumSize: configuration.maximumRecordSize)
         let path = try existingRecordPath(record.id, in: .pending)
         try writeDurably(bytes, to: path, area: .pending)
@@ -191,6 +192,7 @@ package final class RecordStore: Sendable {
     /// ``loadPending()`` moves on.
     package func moveToFailed(_ record: OperationRecord, reason: String) throws -> OperationRecord {
         try checkWritable()
+        try checkHasPayload(record)
         var failed = record
         failed.failureReason = reason
         failed.nextAttemptAt = nil
@@ -209,6 +211,14 @@ package final class RecordStore: Sendable {
         }
         guard !state.withLock({ $0.isClosed }) else {
             throw PersistenceError(.storeNotWritable, "The store has been closed.", fileURL: directory)
+        }
+    }
+
+    /// Refuses to overwrite a record with one whose payload was never loaded (a stored
+    /// payload is never empty), so that a mistake can never erase an operation's data.
+    func checkHasPayload(_ record: OperationRecord) throws {
+        guard !record.payload.isEmpty else {
+            throw PersistenceError(.writeFailed, "Refused to write record \(record.id) without its payload; the stored record is unchanged.")
         }
     }
 

@@ -109,6 +109,49 @@ struct QueueBacklogTests {
         })
     }
 
+    @Test func aRestoredOperationThatRetriesRewritesItsRecordWithItsWholePayload() async throws {
+        // Given a restored upload (its payload not kept in memory until it is built)
+        let first = try QueueFixture(suspended: true)
+        let upload = first.upload("p", [.retry, .succeed], retryDelay: 100)
+        try first.queue.addOperation(upload)
+        let original = try #require(try first.pendingRecords().first)
+        first.queue.close()
+        let second = try QueueFixture(directory: first.directory, journal: first.journal)
+        #expect(try second.queue.restore().restored.count == 1)
+
+        // When its first attempt asks for a retry, which rewrites the record
+        await second.clock.waitForScheduledRetries(count: 1)
+
+        // Then the rewritten record holds the same payload, and the retry count
+        let rewritten = try #require(try second.pendingRecords().first)
+        #expect(rewritten.payload == original.payload)
+        #expect(rewritten.numberOfRetries == 1)
+        second.clock.advance(by: 100)
+        await second.queue.allOperationsFinished()
+        #expect(second.lines == ["p#1 retry=false retries=0", "p#2 retry=true retries=1"])
+    }
+
+    @Test func aRecordDamagedAfterTheRestoreIsQuarantinedWhenItsOperationIsBuilt() async throws {
+        // Given two restored notes, not built yet
+        let (fixture, report) = try restoredNotes(["good", "damaged"])
+        let damaged = try #require(report.restored.last)
+
+        // When one record file is overwritten with garbage before its operation is built
+        let path = StoreLayout(directory: fixture.directory.store).path(ofRecord: damaged.rawValue, in: .pending)
+        try Data("not a record".utf8).write(to: URL(fileURLWithPath: path))
+        fixture.queue.operationQueue.isSuspended = false
+        await fixture.queue.allOperationsFinished()
+
+        // Then it is quarantined with the reason, never run, and the other one ran
+        #expect(fixture.lines.suffix(2) == ["built good", "good ran"])
+        #expect(try fixture.queue.counts().quarantined == 1)
+        #expect(try fixture.pendingRecords().isEmpty)
+        #expect(fixture.deliveredEvents().contains {
+            if case .quarantined(_, let reason) = $0 { return reason.contains("could not be rebuilt") }
+            return false
+        })
+    }
+
     @Test func dueWorkBeyondTheSlotWindowWaitsOutsideTheOperationQueueAndRunsInPriorityThenEnqueueOrder() async throws {
         // Given a suspended serial queue (a window of 64 slots) and 150 due notes of
         // alternating priority

@@ -93,6 +93,23 @@ struct RecordStoreTests {
         #expect(store.attemptsInFlight() == [record.id: 1])
     }
 
+    @Test func aRecordWithoutItsPayloadIsNeverWrittenOverTheStoredOne() throws {
+        // Given a stored record
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let record = try makeRecord()
+        try store.add(record)
+        // When an update or a move to failed comes with an empty payload (never loaded)
+        var hollow = record
+        hollow.payload = Data()
+        hollow.numberOfRetries = 9
+        #expect(throws: PersistenceError.self) { try store.update(hollow) }
+        #expect(throws: PersistenceError.self) { _ = try store.moveToFailed(hollow, reason: "test") }
+        // Then the stored record is unchanged and still pending
+        #expect(try store.loadPending().records == [record])
+        #expect(try store.readPending(id: record.id) == record)
+    }
+
     @Test func updatingOrRemovingAMissingRecordThrowsRecordNotFound() throws {
         let directory = try TemporaryDirectory()
         let store = try RecordStore(directory: directory.store)
