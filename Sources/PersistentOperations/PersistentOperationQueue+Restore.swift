@@ -46,8 +46,20 @@ extension PersistentOperationQueue {
         // every record has been read, to know which of them is the newest.
         var restored: [RestoredRecord] = []
         var keyed: [OperationRecord] = []
-        let loaded = try store.loadPending { record in
+        // One copy of each type identifier for all the records of that type.
+        var typeIdentifiers: Set<String> = []
+        let loaded = try store.loadPending(reservingCapacity: { count in
+            // Growing the table by doubling would briefly hold the old one beside the new.
+            state.withLock { $0.entries.reserveCapacity($0.entries.count + count) }
+            restored.reserveCapacity(count)
+        }) { record in
             guard !tracked.contains(record.id) else { return }
+            var record = record
+            if let index = typeIdentifiers.firstIndex(of: record.typeIdentifier) {
+                record.typeIdentifier = typeIdentifiers[index]
+            } else {
+                typeIdentifiers.insert(record.typeIdentifier)
+            }
             if record.uniqueKey != nil {
                 keyed.append(record)
             } else {

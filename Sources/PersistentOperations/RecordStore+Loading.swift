@@ -27,10 +27,14 @@ extension RecordStore {
 
     /// Reads every pending record like ``loadPending()``, but hands each readable record to
     /// `body` as it is read (in no particular order) instead of collecting them, so that a
-    /// caller keeping only part of each never holds every record at once. The returned
-    /// report's ``LoadReport/records`` is empty.
-    package func loadPending(each body: (OperationRecord) throws -> Void) throws -> LoadReport {
-        try loadArea(.pending, finishingMovesTo: .failed, where: { $0.failureReason != nil }, each: body)
+    /// caller keeping only part of each never holds every record at once. `reserve` is first
+    /// told how many entries the directory holds, at most the number of records to come. The
+    /// returned report's ``LoadReport/records`` is empty.
+    package func loadPending(
+        reservingCapacity reserve: (Int) -> Void = { _ in },
+        each body: (OperationRecord) throws -> Void
+    ) throws -> LoadReport {
+        try loadArea(.pending, finishingMovesTo: .failed, where: { $0.failureReason != nil }, reservingCapacity: reserve, each: body)
     }
 
     /// Reads one pending record again, verified like a load.
