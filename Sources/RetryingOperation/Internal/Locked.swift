@@ -33,7 +33,8 @@ package struct Locked<Value: Sendable>: @unchecked Sendable {
     // `Sendable`) is only reached through `withLock`, which holds its lock.
     private let storage: Storage
 
-    package init(_ value: Value) {
+    /// Creates a lock box holding `value`.
+    package init(_ value: consuming Value) {
         storage = Storage.make(holding: value)
     }
 
@@ -50,8 +51,11 @@ package struct Locked<Value: Sendable>: @unchecked Sendable {
     /// initialised in place right after the allocation, never moved, and destroyed in
     /// `deinit`; `ManagedBuffer` destroys the header itself.
     private final class Storage: ManagedBuffer<Value, RawLock.Primitive> {
-        static func make(holding value: Value) -> Storage {
-            let buffer = create(minimumCapacity: 1) { _ in value }
+        static func make(holding value: consuming Value) -> Storage {
+            // Moved, not copied, into the header: a copy of a large state struct followed by
+            // the destruction of the original costs about as much as the allocation.
+            var moving = Optional(value)
+            let buffer = create(minimumCapacity: 1) { _ in moving.take()! }
             // `create` allocates an instance of the class it is called on.
             let storage = unsafeDowncast(buffer, to: Storage.self)
             storage.withUnsafeMutablePointerToElements { RawLock.initialize($0) }
