@@ -38,18 +38,23 @@ extension RetryingOperation {
     /// Performs `first` and then every callout submitted meanwhile, until the queue is empty.
     /// Called by the thread whose submission found the queue idle (outside the lock).
     func performCallouts(startingWith first: Callout) {
-        var callout = first
-        while true {
-            perform(callout)
-            guard let next = machine.withLock({ $0.callouts.takeNextJobOrStopDraining() }) else { return }
-            callout = next
+        perform(first)
+        performQueuedCallouts()
+    }
+
+    /// Performs the callouts submitted while the calling thread performed one, until the
+    /// queue is empty.
+    func performQueuedCallouts() {
+        while let next = machine.withLock({ $0.callouts.takeNextJobOrStopDraining() }) {
+            perform(next)
         }
     }
 
     private func perform(_ callout: Callout) {
         switch callout {
         case .beginFirstAttempt:
-            beginAttempt(isRetry: false, counted: false)
+            // Queued behind another callout (a `cancel()` that raced with `start()`).
+            beginAttempt(isRetry: false, counted: false, isCancelled: isCancelled)
         case .processAttemptEnd(let end):
             processAttemptEnd(end)
         case .processCancellation:

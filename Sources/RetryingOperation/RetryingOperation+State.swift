@@ -51,6 +51,9 @@ struct MachineState: Sendable {
 
     var phase = Phase.idle
     var hasStarted = false
+    /// `cancel()` was called: `Operation.isCancelled`, readable with the state (`cancel()` is
+    /// final, and sets it right after `Operation.cancel()`).
+    var isCancelled = false
     var numberOfRetries = 0
     var numberOfAttempts = 0
     var waitGeneration: UInt64 = 0
@@ -89,10 +92,10 @@ extension RetryingOperation {
     // MARK: Attempts
 
     /// Starts the first attempt (`isRetry == false`, from `start()`) or the next one (from
-    /// a wait, `counted` saying whether it spends the retry budget). A callout; the caller
-    /// has seen the operation idle (first attempt: only `start()`, once, submits it) or
-    /// waiting (retry).
-    func beginAttempt(isRetry: Bool, counted: Bool) {
+    /// a wait, `counted` saying whether it spends the retry budget), unless the operation
+    /// `isCancelled`. A callout; the caller has seen the operation idle (first attempt: only
+    /// `start()`, once, submits it) or waiting (retry).
+    func beginAttempt(isRetry: Bool, counted: Bool, isCancelled: Bool) {
         if isCancelled {
             finish(.cancelled, wasExecuting: isRetry)
             return
@@ -230,7 +233,7 @@ extension RetryingOperation {
             return driver
         }
         guard let driver else {
-            beginAttempt(isRetry: true, counted: counted)
+            beginAttempt(isRetry: true, counted: counted, isCancelled: isCancelled)
             return
         }
         driver.operationRequestsAttempt(self) {
@@ -247,7 +250,7 @@ extension RetryingOperation {
             return counted
         }
         guard let counted else { return }
-        beginAttempt(isRetry: true, counted: counted)
+        beginAttempt(isRetry: true, counted: counted, isCancelled: isCancelled)
     }
 
     /// `retryNow()` / `retry(in:)` / `retry(withHelpers:)`. A callout.

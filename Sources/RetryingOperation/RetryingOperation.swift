@@ -389,18 +389,21 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     /// operation.start()
     /// ```
     public final override func start() {
-        // Marking the start and submitting the first attempt take one lock round trip.
-        let runsNow: Bool? = machine.withLock { state in
+        // Marking the start, submitting the first attempt and reading whether the operation
+        // is cancelled take one lock round trip.
+        let submission = machine.withLock { state -> (runsNow: Bool, isCancelled: Bool)? in
             guard !state.hasStarted else { return nil }
             state.hasStarted = true
-            return state.callouts.submit(.beginFirstAttempt)
+            return (state.callouts.submit(.beginFirstAttempt), state.isCancelled)
         }
-        guard let runsNow else {
+        guard let submission else {
             log(.error, "start() was called on an operation that had already started; ignored")
             return
         }
-        if runsNow {
-            performCallouts(startingWith: .beginFirstAttempt)
+        if submission.runsNow {
+            // The `beginFirstAttempt` callout, with the cancellation read above.
+            beginAttempt(isRetry: false, counted: false, isCancelled: submission.isCancelled)
+            performQueuedCallouts()
         }
         if !isAsynchronous && OperationQueue.current == nil && driver == nil && !isFinished {
             // Started by hand: a synchronous operation is finished when start() returns.
@@ -412,7 +415,11 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     /// ``cancelBaseOperation()``; a wait for a retry ends at once.
     public final override func cancel() {
         super.cancel()
-        if !isAsynchronous && machine.withLock({ $0.phase.isRunningAttempt }) {
+        let isRunningAttempt = machine.withLock { state -> Bool in
+            state.isCancelled = true
+            return state.phase.isRunningAttempt
+        }
+        if isRunningAttempt && !isAsynchronous {
             cancelBaseOperation()
         }
         submit(.processCancellation)
