@@ -8,8 +8,11 @@ import Foundation
 //       ▼               ▼                        ▼
 //     finished ◀────────┴────────────────────────┘
 //
-// Every transition runs as a job of the operation's `CalloutQueue`, so transitions never
-// interleave and the KVO `willChange`/`didChange` pairs around them are properly nested.
+// Every transition runs as a callout (`RetryingOperation+Callouts.swift`), performed one at
+// a time by the operation's `CalloutQueue`, so transitions never interleave and the KVO
+// `willChange`/`didChange` pairs around them are properly nested. Only callouts move the
+// phase between idle, running, waiting and finished (`endAttempt` only marks a running
+// attempt as ended), so a callout that has read the phase can rely on it until it returns.
 // The lock (`machine`) is held only to read or write `MachineState`, never while user code
 // runs or a KVO notification is posted.
 //
@@ -48,6 +51,9 @@ struct MachineState: Sendable {
 
     var phase = Phase.idle
     var hasStarted = false
+    /// `cancel()` was called: `Operation.isCancelled`, readable with the state (`cancel()` is
+    /// final, and sets it right after `Operation.cancel()`).
+    var isCancelled = false
     var numberOfRetries = 0
     var numberOfAttempts = 0
     var waitGeneration: UInt64 = 0
@@ -59,7 +65,11 @@ struct MachineState: Sendable {
     var resumesAsRetry = false
     /// A due retry waits for the driver to admit it.
     var isAwaitingAdmission = false
-    var outcomeWaiters: [CheckedContinuation<RetryingOperation.Outcome, Never>] = []
+    typealias OutcomeWaiters = [CheckedContinuation<RetryingOperation.Outcome, Never>]
+    var outcomeWaiters: OutcomeWaiters = []
+    /// The callouts waiting to run, kept here so that a state change and the callout it
+    /// submits take one lock round trip.
+    var callouts = CalloutQueue<RetryingOperation.Callout>()
 }
 
 /// How an attempt ended, as reported by a `baseOperationEnded` method.
@@ -82,18 +92,12 @@ extension RetryingOperation {
     // MARK: Attempts
 
     /// Starts the first attempt (`isRetry == false`, from `start()`) or the next one (from
-    /// a wait). A job of `callouts`.
-    func beginAttempt(isRetry: Bool) {
-        let counted: Bool? = machine.withLock { state in
-            switch state.phase {
-            case .idle where !isRetry: return false
-            case .waiting(_, let counted) where isRetry: return counted
-            default: return nil
-            }
-        }
-        guard let counted else { return }
+    /// a wait, `counted` saying whether it spends the retry budget), unless the operation
+    /// `isCancelled`. A callout; the caller has seen the operation idle (first attempt: only
+    /// `start()`, once, submits it) or waiting (retry).
+    func beginAttempt(isRetry: Bool, counted: Bool, isCancelled: Bool) {
         if isCancelled {
-            finish(.cancelled)
+            finish(.cancelled, wasExecuting: isRetry)
             return
         }
 
@@ -111,39 +115,52 @@ extension RetryingOperation {
         driver?.operationWillStartAttempt(self, AttemptInfo(attempt: attempt, numberOfRetries: retries, isRetry: passesRetry))
         startBaseOperation(isRetry: passesRetry)
 
-        if !isAsynchronous && machine.withLock({ $0.phase.isRunningAttempt }) {
-            log(.error, "synchronous attempt \(attempt) returned without calling baseOperationEnded; the operation fails")
-            machine.withLock { $0.phase = .running(hasEnded: true) }
-            finish(.failed(RetryingOperationError(
-                code: .synchronousAttemptDidNotEnd,
-                message: "\(type(of: self)).startBaseOperation(isRetry:) returned without calling baseOperationEnded, which a synchronous operation must do"
-            )))
-        }
-    }
-
-    /// Records the end of the running attempt; the end itself is processed as a job.
-    func endAttempt(_ end: AttemptEnd) {
-        let accepted = machine.withLock { state -> Bool in
+        guard !isAsynchronous else { return }
+        // Checked and marked in one step, so a late `baseOperationEnded` from another thread
+        // either wins (and its end is processed next) or is refused.
+        let didNotEnd = machine.withLock { state -> Bool in
             guard state.phase.isRunningAttempt else { return false }
             state.phase = .running(hasEnded: true)
             return true
         }
-        guard accepted else {
+        if didNotEnd {
+            log(.error, "synchronous attempt \(attempt) returned without calling baseOperationEnded; the operation fails")
+            finish(.failed(RetryingOperationError(
+                code: .synchronousAttemptDidNotEnd,
+                message: "\(type(of: self)).startBaseOperation(isRetry:) returned without calling baseOperationEnded, which a synchronous operation must do"
+            )), wasExecuting: true)
+        }
+    }
+
+    /// Records the end of the running attempt and submits its processing, in one lock
+    /// round trip; the end itself is processed as a callout.
+    func endAttempt(_ end: AttemptEnd) {
+        let callout = Callout.processAttemptEnd(end)
+        let runsNow: Bool? = machine.withLock { state in
+            guard state.phase.isRunningAttempt else { return nil }
+            state.phase = .running(hasEnded: true)
+            return state.callouts.submit(callout)
+        }
+        guard let runsNow else {
             log(.error, "baseOperationEnded was called while no attempt was running (called twice, or after a cancel finished the operation); ignored")
             return
         }
-        callouts.run { self.processAttemptEnd(end) }
+        if runsNow {
+            performCallouts(startingWith: callout)
+        }
     }
 
-    private func processAttemptEnd(_ end: AttemptEnd) {
+    /// A callout, in the `running(hasEnded: true)` phase: only `endAttempt` submits it, and
+    /// only this callout leaves that phase.
+    func processAttemptEnd(_ end: AttemptEnd) {
         switch end {
         case .succeeded:
-            finish(.succeeded)
+            finish(.succeeded, wasExecuting: true)
         case .failed(let error):
-            finish(isCancelled ? .cancelled : .failed(error))
+            finish(isCancelled ? .cancelled : .failed(error), wasExecuting: true)
         case .retry(let wait, let counted, let enforcesLimit, let error):
             guard !isCancelled else {
-                finish(.cancelled)
+                finish(.cancelled, wasExecuting: true)
                 return
             }
             let (retries, policy) = machine.withLock { ($0.numberOfRetries, $0.retryPolicy) }
@@ -152,7 +169,7 @@ extension RetryingOperation {
                 finish(.failed(error ?? RetryingOperationError(
                     code: .retryLimitReached,
                     message: "the retry policy allows no more than \(retries) retries"
-                )))
+                )), wasExecuting: true)
                 return
             }
             let helpers: [RetryHelper]
@@ -193,19 +210,22 @@ extension RetryingOperation {
 
     /// A timer of wait `generation` fired. Runs the retry on the calling thread.
     func timerFired(forWait generation: UInt64) {
-        callouts.run {
-            let isCurrentWait = self.machine.withLock { state -> Bool in
-                if case .waiting(generation, _) = state.phase { return !state.isAwaitingAdmission }
-                return false
-            }
-            guard isCurrentWait else { return }
-            self.startDueRetry()
-        }
+        submit(.timerFired(generation: generation))
     }
 
-    /// Ends the current wait: starts the retry, or asks the driver to admit it. A job of
-    /// `callouts`, in the `waiting` phase.
-    private func startDueRetry() {
+    /// The callout `timerFired(forWait:)` submits.
+    func processTimerFired(forWait generation: UInt64) {
+        let counted: Bool? = machine.withLock { state in
+            guard case .waiting(generation, let counted) = state.phase, !state.isAwaitingAdmission else { return nil }
+            return counted
+        }
+        guard let counted else { return }
+        startDueRetry(counted: counted)
+    }
+
+    /// Ends the current wait: starts the retry, or asks the driver to admit it. A callout,
+    /// in the `waiting` phase.
+    private func startDueRetry(counted: Bool) {
         tearDownHelpers()
         let driver: (any RetryingOperationDriver)? = machine.withLock { state in
             guard let driver = state.driver else { return nil }
@@ -213,21 +233,30 @@ extension RetryingOperation {
             return driver
         }
         guard let driver else {
-            beginAttempt(isRetry: true)
+            beginAttempt(isRetry: true, counted: counted, isCancelled: isCancelled)
             return
         }
         driver.operationRequestsAttempt(self) {
-            self.callouts.run {
-                self.machine.withLock { $0.isAwaitingAdmission = false }
-                self.beginAttempt(isRetry: true)
-            }
+            self.submit(.beginAdmittedRetry)
         }
     }
 
-    /// `retryNow()` / `retry(in:)` / `retry(withHelpers:)`. A job of `callouts`.
+    /// The callout the driver's admission submits. A cancel may have finished the operation
+    /// meanwhile.
+    func beginAdmittedRetry() {
+        let counted: Bool? = machine.withLock { state in
+            state.isAwaitingAdmission = false
+            guard case .waiting(_, let counted) = state.phase else { return nil }
+            return counted
+        }
+        guard let counted else { return }
+        beginAttempt(isRetry: true, counted: counted, isCancelled: isCancelled)
+    }
+
+    /// `retryNow()` / `retry(in:)` / `retry(withHelpers:)`. A callout.
     func applyRequestedRetry(_ helpers: [RetryHelper]?) {
         let (phase, isAwaitingAdmission) = machine.withLock { ($0.phase, $0.isAwaitingAdmission) }
-        guard case .waiting = phase else {
+        guard case .waiting(_, let counted) = phase else {
             log(.warning, "a retry was requested while the operation was not waiting for one (\(phase.logDescription)); ignored")
             return
         }
@@ -238,7 +267,6 @@ extension RetryingOperation {
         if let helpers {
             tearDownHelpers()
             let wait = machine.withLock { state -> (any RetryingOperationDriver, WaitInfo)? in
-                guard case .waiting(_, let counted) = state.phase else { return nil }
                 state.waitGeneration &+= 1
                 state.phase = .waiting(generation: state.waitGeneration, counted: counted)
                 guard let driver = state.driver else { return nil }
@@ -255,7 +283,7 @@ extension RetryingOperation {
             }
             install(helpers)
         } else {
-            startDueRetry()
+            startDueRetry(counted: counted)
         }
     }
 
@@ -277,7 +305,7 @@ extension RetryingOperation {
 
     // MARK: Cancellation and finish
 
-    /// The job `cancel()` submits.
+    /// The callout `cancel()` submits.
     func processCancellation() {
         let phase = machine.withLock { $0.phase }
         switch phase {
@@ -285,28 +313,31 @@ extension RetryingOperation {
             if isAsynchronous { cancelBaseOperation() }
         case .waiting:
             tearDownHelpers()
-            finish(.cancelled)
+            finish(.cancelled, wasExecuting: true)
         case .idle, .running(hasEnded: true), .finished:
             // Not started: `start()` will see the cancel. Ending or finished: nothing to stop.
             break
         }
     }
 
-    /// Moves to `finished` exactly once, announcing it with KVO. A job of `callouts`.
-    func finish(_ outcome: Outcome) {
-        let previous = machine.withLock { $0.phase }
-        guard !previous.isFinished else { return }
-        let wasExecuting = previous.isExecuting
-
+    /// Moves to `finished`, announcing it with KVO. A callout, in a phase other than
+    /// `finished` that the caller has seen: idle (`wasExecuting == false`), running or
+    /// waiting. Only callouts finish an operation, so it cannot have finished meanwhile.
+    func finish(_ outcome: Outcome, wasExecuting: Bool) {
         if wasExecuting { willChangeValue(forKey: "isExecuting") }
         willChangeValue(forKey: "isFinished")
-        let (waiters, driver, logHandler) = machine.withLock { state in
+        let finished = machine.withLock { state -> (MachineState.OutcomeWaiters, (any RetryingOperationDriver)?, RetryLogHandler?)? in
+            guard !state.phase.isFinished else { return nil }
             state.phase = .finished(outcome)
             defer { state.outcomeWaiters = [] }
             return (state.outcomeWaiters, state.driver, state.logHandler)
         }
         didChangeValue(forKey: "isFinished")
         if wasExecuting { didChangeValue(forKey: "isExecuting") }
+        guard let (waiters, driver, logHandler) = finished else {
+            assertionFailure("finish(_:wasExecuting:) was called on a finished operation")
+            return
+        }
         driver?.operationDidFinish(self, outcome)
 
         log(.debug, "finished: \(outcome)", to: logHandler)

@@ -58,10 +58,9 @@ import Foundation
 /// serial callout queue.
 open class RetryingOperation: Operation, @unchecked Sendable {
     // @unchecked: shared state lives in `machine` (a `Locked`); `installedHelpers` is only
-    // touched by jobs of `callouts`, which run one at a time.
+    // touched by callouts, which run one at a time (see `MachineState.callouts`).
 
     let machine = Locked(MachineState())
-    let callouts = CalloutQueue()
     var installedHelpers: [RetryHelper]?
 
     /// Creates an operation that has not started yet.
@@ -253,9 +252,9 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     /// operation.retry(withHelpers: [NetworkIsBackRetryHelper(operation: operation)])
     /// ```
     public final func retry(withHelpers helpers: [RetryHelper]?) {
-        let handedOver = HandedOver(helpers)
+        let callout = Callout.applyRequestedRetry(helpers)
         DispatchQueue.global().async {
-            self.callouts.run { self.applyRequestedRetry(handedOver.value) }
+            self.submit(callout)
         }
     }
 
@@ -390,16 +389,22 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     /// operation.start()
     /// ```
     public final override func start() {
-        let isFirstStart = machine.withLock { state -> Bool in
-            guard !state.hasStarted else { return false }
+        // Marking the start, submitting the first attempt and reading whether the operation
+        // is cancelled take one lock round trip.
+        let submission = machine.withLock { state -> (runsNow: Bool, isCancelled: Bool)? in
+            guard !state.hasStarted else { return nil }
             state.hasStarted = true
-            return true
+            return (state.callouts.submit(.beginFirstAttempt), state.isCancelled)
         }
-        guard isFirstStart else {
+        guard let submission else {
             log(.error, "start() was called on an operation that had already started; ignored")
             return
         }
-        callouts.run { self.beginAttempt(isRetry: false) }
+        if submission.runsNow {
+            // The `beginFirstAttempt` callout, with the cancellation read above.
+            beginAttempt(isRetry: false, counted: false, isCancelled: submission.isCancelled)
+            performQueuedCallouts()
+        }
         if !isAsynchronous && OperationQueue.current == nil && driver == nil && !isFinished {
             // Started by hand: a synchronous operation is finished when start() returns.
             waitUntilFinished()
@@ -410,10 +415,14 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     /// ``cancelBaseOperation()``; a wait for a retry ends at once.
     public final override func cancel() {
         super.cancel()
-        if !isAsynchronous && machine.withLock({ $0.phase.isRunningAttempt }) {
+        let isRunningAttempt = machine.withLock { state -> Bool in
+            state.isCancelled = true
+            return state.phase.isRunningAttempt
+        }
+        if isRunningAttempt && !isAsynchronous {
             cancelBaseOperation()
         }
-        callouts.run { self.processCancellation() }
+        submit(.processCancellation)
     }
 
     /// Whether the operation is running an attempt or waiting for the next one. Changes are

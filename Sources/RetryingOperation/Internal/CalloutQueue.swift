@@ -1,58 +1,47 @@
-import Foundation
-
-/// Runs the jobs of one operation one at a time, in order, on whichever thread submits
-/// a job while no other job is running.
+/// The bookkeeping that runs the jobs of one operation one at a time, in order, on
+/// whichever thread submits a job while no other job is running.
 ///
 /// Every piece of user code a ``RetryingOperation`` calls (`startBaseOperation`,
 /// `cancelBaseOperation`, retry helpers' `setup`/`teardown`) and every KVO announcement
-/// it posts go through its `CalloutQueue`. That serialises them without a thread hop:
-/// the common path (start an attempt, end it, finish) runs inline, and a job submitted
-/// while another runs — a timer firing during `startBaseOperation`, for instance — is
-/// run right after it by the thread that is already draining.
-package final class CalloutQueue: @unchecked Sendable {
-    // @unchecked: `isDraining`, `nextJob` and `laterJobs` are only touched while `lock` is
-    // held; jobs run outside the lock, one at a time.
-    private let lock = NSLock()
+/// it posts runs in one of its jobs (``RetryingOperation/Callout``). That serialises them
+/// without a thread hop: the common path (start an attempt, end it, finish) runs inline,
+/// and a job submitted while another runs — a timer firing during `startBaseOperation`,
+/// for instance — is run right after it by the thread that is already draining.
+///
+/// A value kept inside the operation's locked state, so that submitting a job and the state
+/// change that calls for it (an attempt's end, say) take one lock round trip; jobs are
+/// values, so queuing one allocates nothing in the common case. The caller holds the lock
+/// around every method, and runs jobs outside it.
+struct CalloutQueue<Job> {
+    /// Whether a thread is running jobs; it runs every job submitted until the queue is
+    /// empty.
     private var isDraining = false
     // The pending jobs, oldest first: `nextJob`, then `laterJobs`. One pending job — the
     // common case, an attempt that ends inside `startBaseOperation` — needs no array.
     private var nextJob: Job?
     private var laterJobs: [Job] = []
 
-    /// A job in a concrete wrapper: a bare closure stored in an `Optional` or an `Array`
-    /// would be re-wrapped in a heap-allocated thunk every time.
-    private struct Job {
-        let body: () -> Void
+    init() {}
+
+    /// Submits `job`. Returns `true` when the queue was idle: the caller must then run
+    /// `job` itself, outside the lock, and go on with ``takeNextJobOrStopDraining()``.
+    /// Otherwise `job` waits behind the running job, and the draining thread will run it.
+    mutating func submit(_ job: Job) -> Bool {
+        guard isDraining else {
+            isDraining = true
+            return true
+        }
+        if nextJob == nil && laterJobs.isEmpty {
+            nextJob = job
+        } else {
+            laterJobs.append(job)
+        }
+        return false
     }
 
-    package init() {}
-
-    /// Runs `job` now if the queue is idle (and then any job submitted meanwhile),
-    /// otherwise appends it behind the running job and returns at once.
-    package func run(_ job: @escaping () -> Void) {
-        lock.lock()
-        if isDraining {
-            if nextJob == nil && laterJobs.isEmpty {
-                nextJob = Job(body: job)
-            } else {
-                laterJobs.append(Job(body: job))
-            }
-            lock.unlock()
-            return
-        }
-        isDraining = true
-        lock.unlock()
-
-        job()
-        while let current = takeNextJobOrStopDraining() {
-            current.body()
-        }
-    }
-
-    /// The oldest pending job; when there is none, the queue stops draining.
-    private func takeNextJobOrStopDraining() -> Job? {
-        lock.lock()
-        defer { lock.unlock() }
+    /// The oldest pending job; when there is none, the queue stops draining and the caller
+    /// must stop running jobs.
+    mutating func takeNextJobOrStopDraining() -> Job? {
         if let job = nextJob {
             nextJob = nil
             return job
@@ -65,13 +54,4 @@ package final class CalloutQueue: @unchecked Sendable {
     }
 }
 
-/// Carries a value that is not `Sendable` across a thread hop whose sender gives it up.
-///
-/// Used where the library takes ownership of a caller's values (retry helpers handed to
-/// ``RetryingOperation/retry(withHelpers:)``) and touches them only on the operation's
-/// ``CalloutQueue`` afterwards.
-package struct HandedOver<Value>: @unchecked Sendable {
-    // @unchecked: the sender never touches `value` again after handing it over.
-    package let value: Value
-    package init(_ value: Value) { self.value = value }
-}
+extension CalloutQueue: Sendable where Job: Sendable {}
