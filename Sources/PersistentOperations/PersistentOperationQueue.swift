@@ -24,8 +24,8 @@ import Foundation
 ///
 /// **Restored operations are built when due.** ``restore()`` checks every record (its
 /// payload is decoded) but builds a restored operation only when its first attempt starts,
-/// or when a query such as ``operations()`` returns it: a launch with a large backlog holds
-/// records, not operations.
+/// or when a query such as ``operations()`` returns it, reading its payload from its file
+/// again: a launch with a large backlog holds a small entry per record, not operations.
 ///
 /// **Lifecycle on disk.** Success or cancellation removes the record. Before a retry wait
 /// starts the record is rewritten with the retry count and the next-attempt date. A
