@@ -154,6 +154,8 @@ extension PersistentOperationQueue {
             }
             built = try type.makeOperation(record.payload)
         } catch {
+            // Cancelled and forgotten meanwhile (its record removed): nothing to quarantine.
+            guard state.withLock({ $0.entries[id] != nil }) else { return nil }
             quarantineUnbuildable(record, error: error)
             return nil
         }
