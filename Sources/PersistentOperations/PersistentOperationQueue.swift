@@ -318,6 +318,11 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// queue may open it. Attempts already running go on, but their outcome is no longer
     /// saved: their records stay pending and run again after the next ``restore()``.
     ///
+    /// A store write already under way (an add, a retry's update, a removal) is finished
+    /// first: `close()` returns, and the lock is released, only after it, so nothing this
+    /// queue writes lands in a store another queue or process has taken over. An add on
+    /// another thread that starts after `close()` throws ``PersistenceError/Code/storeNotWritable``.
+    ///
     /// ```swift
     /// queue.close()
     /// ```

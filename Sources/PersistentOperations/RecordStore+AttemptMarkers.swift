@@ -18,7 +18,8 @@ extension RecordStore {
 
     /// Records that `count` attempts of record `id` have started without ending.
     package func setAttemptsInFlight(_ count: Int, forRecord id: String) throws {
-        try checkWritable()
+        let change = try beginChange()
+        defer { change.end() }
         let path = attemptMarkerPath(id)
         if count <= 0 {
             clearAttemptsInFlight(forRecord: id)
@@ -37,8 +38,10 @@ extension RecordStore {
     }
 
     /// Removes the attempt marker of record `id`, if any (best effort: a leftover marker only
-    /// makes crash-loop protection more cautious).
+    /// makes crash-loop protection more cautious). Does nothing once the store is closed.
     package func clearAttemptsInFlight(forRecord id: String) {
+        guard let change = try? beginChange() else { return }
+        defer { change.end() }
         try? configuration.fileSystem.unlink(attemptMarkerPath(id))
     }
 

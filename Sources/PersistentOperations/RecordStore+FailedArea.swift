@@ -11,7 +11,8 @@ extension RecordStore {
     ///
     /// - Throws: ``PersistenceError/Code/recordNotFound`` and the errors of ``add(_:)``.
     package func requeueFailed(id: String) throws -> OperationRecord {
-        try checkWritable()
+        let change = try beginChange()
+        defer { change.end() }
         let path = try existingRecordPath(id, in: .failed)
         guard case .record(var record) = inspectEntry(StoreLayout.fileName(ofRecord: id), in: .failed) else {
             throw PersistenceError(
@@ -32,7 +33,8 @@ extension RecordStore {
     /// Re-queues every readable failed record (see ``requeueFailed(id:)``) and returns them in
     /// run order. Unreadable entries are quarantined.
     package func requeueAllFailed() throws -> [OperationRecord] {
-        try checkWritable()
+        let change = try beginChange()
+        defer { change.end() }
         let report = try loadFailed()
         var requeued = report.completedMoves
         for record in report.records {
@@ -45,7 +47,8 @@ extension RecordStore {
     ///
     /// - Throws: ``PersistenceError/Code/recordNotFound``, ``PersistenceError/Code/writeFailed``.
     package func purgeFailed(id: String) throws {
-        try checkWritable()
+        let change = try beginChange()
+        defer { change.end() }
         try remove(id, from: .failed)
     }
 
@@ -54,7 +57,8 @@ extension RecordStore {
     /// Entries that are not record files are quarantined rather than deleted.
     @discardableResult
     package func purgeAllFailed() throws -> Int {
-        try checkWritable()
+        let change = try beginChange()
+        defer { change.end() }
         let report = try loadFailed()
         for record in report.records {
             try purgeFailed(id: record.id)

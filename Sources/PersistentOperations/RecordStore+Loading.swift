@@ -116,7 +116,8 @@ extension RecordStore {
     /// Moves a readable pending record whose payload cannot be used (it does not decode as
     /// its type's payload) to the quarantine area, and returns its name there.
     package func quarantinePending(id: String, reason: String) throws -> String {
-        try checkWritable()
+        let change = try beginChange()
+        defer { change.end() }
         _ = try existingRecordPath(id, in: .pending)
         return try quarantine(StoreLayout.fileName(ofRecord: id), from: .pending, reason: reason)
     }
@@ -130,6 +131,9 @@ extension RecordStore {
         reservingCapacity reserve: (Int) -> Void,
         each body: (OperationRecord) throws -> Void
     ) throws -> LoadReport {
+        // A read-write load may quarantine and move entries: a change ``close()`` waits for.
+        let change = access == .readWrite ? try beginChange() : nil
+        defer { change?.end() }
         var report = LoadReport()
         let names = try listArea(area).sorted()
         // One allocation of the right size: growing by doubling would briefly hold two.

@@ -72,6 +72,8 @@ package final class RecordStore: Sendable {
     let file: DurableFile
     let state = Locked(State())
     private let lock: StoreLock?
+    /// Counts the changes under way, so that ``close()`` can wait for them.
+    private let changes = ChangeGate()
     private let synchronizers: [StoreLayout.Area: DirectorySynchronizer]
 
     /// Opens the store at `directory`, creating it (mode 0700) for a read-write store.
@@ -110,9 +112,15 @@ package final class RecordStore: Sendable {
         lock?.release()
     }
 
-    /// Releases the directory lock; later changes throw ``PersistenceError/Code/storeNotWritable``.
+    /// Waits for the changes under way to finish, then releases the directory lock; later
+    /// changes throw ``PersistenceError/Code/storeNotWritable``.
+    ///
+    /// Waiting matters when another process takes the store over as soon as the lock is
+    /// released: a write of this store landing after that would change a store it no longer
+    /// owns.
     package func close() {
         state.withLock { $0.isClosed = true }
+        changes.closeAndWait()
         lock?.release()
     }
 
@@ -139,7 +147,8 @@ package final class RecordStore: Sendable {
     ///   ``PersistenceError/Code/writeFailed`` or ``PersistenceError/Code/directoryUnavailable``
     ///   when the file system fails. After a failure nothing is stored.
     package func add(_ record: OperationRecord) throws {
-        try checkWritable()
+        let change = try beginChange()
+        defer { change.end() }
         let bytes = try RecordFormat.encode(record, maximumSize: configuration.maximumRecordSize)
         let path = layout.path(ofRecord: record.id, in: .pending)
         if (try? configuration.fileSystem.linkStatus(path)) != nil {
@@ -162,7 +171,8 @@ package final class RecordStore: Sendable {
     ///   identifier, and the errors of ``add(_:)``. When writing fails the previous version
     ///   stays in place; only when the final directory sync fails may the new version remain.
     package func update(_ record: OperationRecord) throws {
-        try checkWritable()
+        let change = try beginChange()
+        defer { change.end() }
         try checkHasPayload(record)
         let bytes = try RecordFormat.encode(record, maximumSize: configuration.maximumRecordSize)
         let path = try existingRecordPath(record.id, in: .pending)
@@ -181,7 +191,8 @@ package final class RecordStore: Sendable {
     ///
     /// - Throws: ``PersistenceError/Code/recordNotFound``, ``PersistenceError/Code/writeFailed``.
     package func removePending(id: String) throws {
-        try checkWritable()
+        let change = try beginChange()
+        defer { change.end() }
         try remove(id, from: .pending, synchronizes: false)
     }
 
@@ -191,7 +202,8 @@ package final class RecordStore: Sendable {
     /// then renamed, so a crash in between leaves a pending record that the next
     /// ``loadPending()`` moves on.
     package func moveToFailed(_ record: OperationRecord, reason: String) throws -> OperationRecord {
-        try checkWritable()
+        let change = try beginChange()
+        defer { change.end() }
         try checkHasPayload(record)
         var failed = record
         failed.failureReason = reason
@@ -204,6 +216,19 @@ package final class RecordStore: Sendable {
     }
 
     // MARK: Shared machinery
+
+    /// Starts one change of the store, which ``close()`` waits for until it is ended:
+    /// `let change = try beginChange(); defer { change.end() }`.
+    ///
+    /// - Throws: ``PersistenceError/Code/storeNotWritable`` when the store is read-only or
+    ///   closed.
+    func beginChange() throws -> ChangeGate.Change {
+        try checkWritable()
+        guard let change = changes.begin() else {
+            throw PersistenceError(.storeNotWritable, "The store has been closed.", fileURL: directory)
+        }
+        return change
+    }
 
     func checkWritable() throws {
         guard access == .readWrite else {
@@ -321,5 +346,43 @@ package final class RecordStore: Sendable {
                 try? configuration.fileSystem.unlink(layout.path(ofEntry: name, in: area))
             }
         }
+    }
+}
+
+/// The changes of a store under way, and whether it still accepts new ones.
+final class ChangeGate: @unchecked Sendable {
+    // @unchecked: `count` and `isClosed` are only touched while `condition` is locked.
+    private let condition = NSCondition()
+    private var count = 0
+    private var isClosed = false
+
+    /// A change under way; ``end()`` it exactly once.
+    struct Change {
+        fileprivate let gate: ChangeGate
+        func end() { gate.end() }
+    }
+
+    /// Counts a change in, unless the store is closed.
+    func begin() -> Change? {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !isClosed else { return nil }
+        count += 1
+        return Change(gate: self)
+    }
+
+    fileprivate func end() {
+        condition.lock()
+        count -= 1
+        if count == 0 { condition.broadcast() }
+        condition.unlock()
+    }
+
+    /// Refuses new changes and waits until those under way have ended.
+    func closeAndWait() {
+        condition.lock()
+        isClosed = true
+        while count > 0 { condition.wait() }
+        condition.unlock()
     }
 }

@@ -110,6 +110,66 @@ struct RecordStoreTests {
         #expect(try store.readPending(id: record.id) == record)
     }
 
+    @Test func closeWaitsForAChangeUnderWayAndRefusesLaterOnes() async throws {
+        // Given a store whose next write blocks until released
+        let directory = try TemporaryDirectory()
+        let gate = DispatchSemaphore(value: 0)
+        let entered = DispatchSemaphore(value: 0)
+        let blocks = Locked(false)
+        var fileSystem = FileSystem.system
+        fileSystem.write = { descriptor, bytes in
+            if blocks.withLock({ $0 }) {
+                blocks.withLock { $0 = false }
+                entered.signal()
+                gate.wait()
+            }
+            return try FileSystem.system.write(descriptor, bytes)
+        }
+        let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: fileSystem))
+        let record = try makeRecord()
+        let log = Locked<[String]>([])
+        blocks.withLock { $0 = true }   // not before: opening the store writes its lock file
+
+        // When an add is under way and another thread closes the store
+        let added = DispatchGroup()
+        added.enter()
+        Thread.detachNewThread {
+            do {
+                try store.add(record)
+                log.withLock { $0.append("added") }
+            } catch {
+                log.withLock { $0.append("add failed: \(error)") }
+            }
+            added.leave()
+        }
+        let closed = DispatchGroup()
+        closed.enter()
+        await onDedicatedThread {
+            entered.wait()
+            Thread.detachNewThread {
+                store.close()
+                log.withLock { $0.append("closed") }
+                closed.leave()
+            }
+        }
+        // Then close does not return while the add is under way
+        await onDedicatedThread { _ = usleep(200_000) }
+        #expect(log.withLock { $0 }.isEmpty)
+        // And once the write goes on, the add completes first, then close returns
+        gate.signal()
+        await onDedicatedThread {
+            added.wait()
+            closed.wait()
+        }
+        #expect(log.withLock { $0 } == ["added", "closed"])
+        #expect(try RecordStore(directory: directory.store, access: .readOnly).loadPending().records == [record])
+
+        // And a change after close is refused, and the directory can be opened again
+        let refused = #expect(throws: PersistenceError.self) { try store.add(try makeRecord(index: 2, sequence: 2)) }
+        #expect(refused?.code == .storeNotWritable)
+        _ = try RecordStore(directory: directory.store)
+    }
+
     @Test func updatingOrRemovingAMissingRecordThrowsRecordNotFound() throws {
         let directory = try TemporaryDirectory()
         let store = try RecordStore(directory: directory.store)
