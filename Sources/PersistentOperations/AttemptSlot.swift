@@ -12,7 +12,7 @@ final class AttemptSlot: Operation, @unchecked Sendable {
 
     let recordID: String
     private let onStart: @Sendable (AttemptSlot) -> Void
-    private let onFinish: @Sendable () -> Void
+    private let onFinish: @Sendable (AttemptSlot) -> Void
     private let phase = Locked(Phase.waiting)
 
     /// Creates a slot that calls `onStart` when the `OperationQueue` starts it, and
@@ -20,7 +20,7 @@ final class AttemptSlot: Operation, @unchecked Sendable {
     /// added by `onFinish` keeps the queue from looking empty in between.
     init(
         recordID: String, priority: Operation.QueuePriority,
-        onStart: @escaping @Sendable (AttemptSlot) -> Void, onFinish: @escaping @Sendable () -> Void
+        onStart: @escaping @Sendable (AttemptSlot) -> Void, onFinish: @escaping @Sendable (AttemptSlot) -> Void
     ) {
         self.recordID = recordID
         self.onStart = onStart
@@ -53,7 +53,7 @@ final class AttemptSlot: Operation, @unchecked Sendable {
             return phase
         }
         guard previous != .finished else { return }
-        onFinish()
+        onFinish(self)
         if previous == .executing { willChangeValue(forKey: "isExecuting") }
         willChangeValue(forKey: "isFinished")
         didChangeValue(forKey: "isFinished")

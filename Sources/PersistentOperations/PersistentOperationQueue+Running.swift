@@ -235,10 +235,20 @@ extension PersistentOperationQueue {
     }
 
     /// A slot left the `OperationQueue`: give its room to the next ready operations.
-    private func slotDidLeave() {
+    ///
+    /// A slot that leaves while its entry still waits for it was cancelled in the
+    /// `OperationQueue` (`cancelAllOperations()`) before it started: the stored operation is
+    /// not cancelled by that (cancel it through this queue), so it goes back to the ready
+    /// operations and gets a new slot.
+    private func slotDidLeave(_ leaving: AttemptSlot) {
         let window = slotWindow()
         let slots = state.withLock { state -> [AttemptSlot] in
             state.slotsInQueue -= 1
+            if var entry = state.entries[leaving.recordID], case .queued(let queued) = entry.phase, queued === leaving {
+                entry.phase = .ready
+                state.entries[leaving.recordID] = entry
+                state.ready.insert(ReadySlot(id: entry.record.id, priority: entry.record.priority, enqueueSequence: entry.record.enqueueSequence))
+            }
             var slots: [AttemptSlot] = []
             while state.slotsInQueue < window, let next = state.ready.popFirst() {
                 // Skip what was cancelled or forgotten while it waited.
@@ -264,7 +274,7 @@ extension PersistentOperationQueue {
                 guard let self else { return slot.release() }
                 self.slotDidStart(slot)
             },
-            onFinish: { [weak self] in self?.slotDidLeave() }
+            onFinish: { [weak self] slot in self?.slotDidLeave(slot) }
         )
     }
 

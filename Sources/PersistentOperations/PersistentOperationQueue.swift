@@ -19,8 +19,10 @@ import Foundation
 /// parked in the `OperationQueue`; they wait in the queue's single timer. Due work beyond a
 /// window of slots (four per `maxConcurrentOperationCount`, at least 64; 1,000 for an
 /// unbounded queue) waits in the queue's own ready list, in priority then enqueue order, and
-/// gets a slot as one frees up. Dependencies between stored operations are not saved:
-/// express order with priorities.
+/// gets a slot as one frees up. Cancelling the placeholders in the `OperationQueue` (its
+/// `cancelAllOperations()`) does not cancel stored operations — they get new slots; use
+/// ``cancelAllOperations()`` of this queue. Dependencies between stored operations are not
+/// saved: express order with priorities.
 ///
 /// **Restored operations are built when due.** ``restore()`` checks every record (its
 /// payload is decoded) but builds a restored operation only when its first attempt starts,

@@ -152,6 +152,24 @@ struct QueueBacklogTests {
         })
     }
 
+    @Test func cancellingTheOperationQueuesPlaceholdersDoesNotLoseOrCancelStoredOperations() async throws {
+        // Given two operations queued in a suspended OperationQueue (one slot each)
+        let fixture = try QueueFixture(suspended: true)
+        try fixture.queue.addOperation(fixture.upload("first"))
+        try fixture.queue.addOperation(fixture.upload("second"))
+        #expect(fixture.queue.operationQueue.operationCount == 2)
+
+        // When someone cancels everything in the OperationQueue, and it resumes
+        fixture.queue.operationQueue.cancelAllOperations()
+        fixture.queue.operationQueue.isSuspended = false
+        await fixture.queue.allOperationsFinished()
+
+        // Then the stored operations got new slots and ran to success
+        #expect(fixture.lines == ["first#1 retry=false retries=0", "second#1 retry=false retries=0"])
+        #expect(try fixture.pendingRecords().isEmpty)
+        #expect(fixture.deliveredEvents().filter { if case .succeeded = $0 { return true } else { return false } }.count == 2)
+    }
+
     @Test func dueWorkBeyondTheSlotWindowWaitsOutsideTheOperationQueueAndRunsInPriorityThenEnqueueOrder() async throws {
         // Given a suspended serial queue (a window of 64 slots) and 150 due notes of
         // alternating priority
