@@ -18,16 +18,9 @@ import Foundation
 /// writer simply syncs its own file.
 ///
 /// Thread safety: any thread may call ``synchronize(_:)``.
-package final class ContentSynchronizer: @unchecked Sendable {
-    // @unchecked: the counters below are only read or written while `condition` is locked.
-    private let condition = NSCondition()
+package final class ContentSynchronizer: Sendable {
+    private let group = GroupCommit()
     private let fileSystem: FileSystem
-
-    /// The ticket given to the most recent caller.
-    private var lastTicket: UInt64 = 0
-    /// Every ticket up to this one has been covered by a sync that started after its write.
-    private var settledThrough: UInt64 = 0
-    private var isLeaderSyncing = false
 
     /// Creates a synchroniser that makes its calls through `fileSystem`.
     package init(fileSystem: FileSystem) {
@@ -36,9 +29,7 @@ package final class ContentSynchronizer: @unchecked Sendable {
 
     /// How many calls have arrived so far (for tests: a call counts as soon as it waits).
     package var callsArrived: UInt64 {
-        condition.lock()
-        defer { condition.unlock() }
-        return lastTicket
+        group.callsArrived
     }
 
     /// Returns once the file open as `descriptor`, whose writes are complete, is on stable
@@ -50,37 +41,20 @@ package final class ContentSynchronizer: @unchecked Sendable {
             try fileSystem.synchronize(descriptor)
             return
         }
-        condition.lock()
-        lastTicket += 1
-        let ticket = lastTicket
-        while ticket > settledThrough {
-            if isLeaderSyncing {
-                condition.wait()
-                continue
-            }
-            isLeaderSyncing = true
-            let coveredThrough = lastTicket
-            let isAlone = coveredThrough == settledThrough + 1
-            condition.unlock()
-            if isAlone {
+        var isOwnFileSynced = false
+        try group.join { callersCovered in
+            if callersCovered == 1 {
                 // Nobody to share with: the file's own sync is all it takes, and it reports.
-                let result = Result { try fileSystem.synchronize(descriptor) }
-                condition.lock()
-                settledThrough = coveredThrough
-                isLeaderSyncing = false
-                condition.broadcast()
-                condition.unlock()
-                return try result.get()
+                try fileSystem.synchronize(descriptor)
+                isOwnFileSynced = true
+            } else {
+                // An error here is not reported: each writer's own sync below is the one
+                // that counts, and it redoes whatever this call did not manage.
+                try? synchronizeFileSystem(descriptor)
             }
-            // An error here is not reported: each writer's own sync below is the one that
-            // counts, and it redoes whatever this call did not manage.
-            try? synchronizeFileSystem(descriptor)
-            condition.lock()
-            settledThrough = coveredThrough
-            isLeaderSyncing = false
-            condition.broadcast()
         }
-        condition.unlock()
-        try fileSystem.synchronize(descriptor)
+        if !isOwnFileSynced {
+            try fileSystem.synchronize(descriptor)
+        }
     }
 }
