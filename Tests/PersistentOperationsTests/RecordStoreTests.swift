@@ -148,20 +148,23 @@ struct RecordStoreTests {
             entered.wait()
             Thread.detachNewThread {
                 store.close()
-                log.withLock { $0.append("closed") }
+                // What the add under way had written by the time close returned.
+                let onDisk = (try? RecordStore(directory: directory.store, access: .readOnly).loadPending().records.count) ?? -1
+                log.withLock { $0.append("closed with \(onDisk) on disk") }
                 closed.leave()
             }
         }
         // Then close does not return while the add is under way
         await onDedicatedThread { _ = usleep(200_000) }
         #expect(log.withLock { $0 }.isEmpty)
-        // And once the write goes on, the add completes first, then close returns
+        // And once the write goes on, the add completes, and close returns only after its
+        // record is on disk (the two threads report in either order)
         gate.signal()
         await onDedicatedThread {
             added.wait()
             closed.wait()
         }
-        #expect(log.withLock { $0 } == ["added", "closed"])
+        #expect(Set(log.withLock { $0 }) == ["added", "closed with 1 on disk"])
         #expect(try RecordStore(directory: directory.store, access: .readOnly).loadPending().records == [record])
 
         // And a change after close is refused, and the directory can be opened again
