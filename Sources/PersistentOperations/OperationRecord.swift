@@ -114,18 +114,38 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         }
     }
 
+    /// Where the record stands in run order (see ``RunOrder``).
+    package var runOrder: RunOrder {
+        RunOrder(priority: priority, enqueueSequence: enqueueSequence)
+    }
+
     /// The order in which pending records run: higher ``priority`` first, then lower
     /// ``enqueueSequence`` (first in, first out).
     package static func runsBefore(_ lhs: OperationRecord, _ rhs: OperationRecord) -> Bool {
-        if lhs.priority != rhs.priority {
-            return lhs.priority > rhs.priority
-        }
-        return lhs.enqueueSequence < rhs.enqueueSequence
+        lhs.runOrder < rhs.runOrder
     }
 
     /// Whether `id` has the shape of a library-generated identifier, and so is safe as a file name.
     package static func isValidIdentifier(_ id: String) -> Bool {
         guard let uuid = UUID(uuidString: id) else { return false }
         return uuid.uuidString == id
+    }
+}
+
+/// The order in which pending operations run: a higher priority first, then the one
+/// enqueued first. Smaller runs first.
+package struct RunOrder: Comparable, Sendable {
+    /// The operation's `queuePriority` raw value.
+    package var priority: Int
+    /// The record's enqueue sequence.
+    package var enqueueSequence: UInt64
+
+    package init(priority: Int, enqueueSequence: UInt64) {
+        self.priority = priority
+        self.enqueueSequence = enqueueSequence
+    }
+
+    package static func < (lhs: RunOrder, rhs: RunOrder) -> Bool {
+        lhs.priority != rhs.priority ? lhs.priority > rhs.priority : lhs.enqueueSequence < rhs.enqueueSequence
     }
 }

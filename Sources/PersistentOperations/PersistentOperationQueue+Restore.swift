@@ -95,7 +95,7 @@ extension PersistentOperationQueue {
         }
         keyed = []
 
-        restored.sort(by: RestoredRecord.runsBefore)
+        restored.sort { $0.order < $1.order }
         report.restored = restored.map { PersistentOperationID(record: $0.id) }
         // Reported before any of them is scheduled, so each `restored` event comes before
         // the operation's first `started`.
@@ -111,13 +111,8 @@ extension PersistentOperationQueue {
     struct RestoredRecord {
         var id: String
         var typeIdentifier: String
-        var priority: Int
-        var enqueueSequence: UInt64
+        var order: RunOrder
         var due: Date?
-
-        static func runsBefore(_ lhs: RestoredRecord, _ rhs: RestoredRecord) -> Bool {
-            lhs.priority != rhs.priority ? lhs.priority > rhs.priority : lhs.enqueueSequence < rhs.enqueueSequence
-        }
     }
 
     /// Tracks one restored record, unless it crash-looped (moved to the failed area) or
@@ -142,8 +137,7 @@ extension PersistentOperationQueue {
         guard isRebuildable(record, report: &report) else { return }
         trackRestored(record, attemptsInFlight: inFlight)
         restored.append(RestoredRecord(
-            id: record.id, typeIdentifier: record.typeIdentifier, priority: record.priority,
-            enqueueSequence: record.enqueueSequence, due: record.dueDate
+            id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate
         ))
     }
 

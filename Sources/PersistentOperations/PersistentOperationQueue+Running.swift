@@ -63,13 +63,7 @@ extension PersistentOperationQueue {
     /// A due operation waiting for room in the `OperationQueue`.
     struct ReadySlot: Sendable {
         var id: String
-        var priority: Int
-        var enqueueSequence: UInt64
-
-        /// Higher priority first, then first enqueued (as ``OperationRecord/runsBefore(_:_:)``).
-        static func runsBefore(_ lhs: ReadySlot, _ rhs: ReadySlot) -> Bool {
-            lhs.priority != rhs.priority ? lhs.priority > rhs.priority : lhs.enqueueSequence < rhs.enqueueSequence
-        }
+        var order: RunOrder
     }
 
     /// Starts tracking a stored operation and schedules its first attempt.
@@ -213,14 +207,19 @@ extension PersistentOperationQueue {
     /// or puts it in `ready` until it has.
     private func queueOrHold(_ entry: inout Entry, in state: inout State, window: Int) -> AttemptSlot? {
         guard state.slotsInQueue < window else {
-            entry.phase = .ready
-            state.ready.insert(ReadySlot(id: entry.record.id, priority: entry.record.priority, enqueueSequence: entry.record.enqueueSequence))
+            hold(&entry, in: &state)
             return nil
         }
         state.slotsInQueue += 1
         let slot = makeSlot(for: entry)
         entry.phase = .queued(slot)
         return slot
+    }
+
+    /// Under the lock: puts a due entry in `ready` until the `OperationQueue` has room.
+    private func hold(_ entry: inout Entry, in state: inout State) {
+        entry.phase = .ready
+        state.ready.insert(ReadySlot(id: entry.record.id, order: entry.record.runOrder))
     }
 
     /// Queues a slot for the first attempt of a scheduled operation that became due.
@@ -245,19 +244,15 @@ extension PersistentOperationQueue {
         let slots = state.withLock { state -> [AttemptSlot] in
             state.slotsInQueue -= 1
             if var entry = state.entries[leaving.recordID], case .queued(let queued) = entry.phase, queued === leaving {
-                entry.phase = .ready
+                hold(&entry, in: &state)
                 state.entries[leaving.recordID] = entry
-                state.ready.insert(ReadySlot(id: entry.record.id, priority: entry.record.priority, enqueueSequence: entry.record.enqueueSequence))
             }
             var slots: [AttemptSlot] = []
             while state.slotsInQueue < window, let next = state.ready.popFirst() {
                 // Skip what was cancelled or forgotten while it waited.
                 guard var entry = state.entries[next.id], case .ready = entry.phase else { continue }
-                state.slotsInQueue += 1
-                let slot = makeSlot(for: entry)
-                entry.phase = .queued(slot)
+                if let slot = queueOrHold(&entry, in: &state, window: window) { slots.append(slot) }
                 state.entries[next.id] = entry
-                slots.append(slot)
             }
             return slots
         }

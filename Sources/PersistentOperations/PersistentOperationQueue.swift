@@ -64,7 +64,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         /// Slots added to the `OperationQueue` that have not finished.
         var slotsInQueue = 0
         /// Due operations waiting for room in the `OperationQueue`, first to run first.
-        var ready = Heap<ReadySlot>(by: ReadySlot.runsBefore)
+        var ready = Heap<ReadySlot>(by: { $0.order < $1.order })
     }
 
     /// The queue the attempts run in.
