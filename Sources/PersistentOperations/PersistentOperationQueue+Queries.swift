@@ -258,14 +258,11 @@ extension PersistentOperationQueue {
     private func schedule(requeued records: [OperationRecord]) {
         var report = RestoreReport()
         for record in records {
-            guard let operation = rebuild(record, report: &report) else { continue }
-            if let retrying = operation as? RetryingOperation {
-                retrying.restoreProgress(RetryingOperation.RestoredProgress(
-                    numberOfRetries: 0, numberOfAttempts: record.numberOfAttempts, resumesAsRetry: record.numberOfAttempts > 0
-                ))
-            }
+            // Built when due, like a restored record (its retry count was reset by the requeue).
+            guard isRebuildable(record, report: &report) else { continue }
             hub.emit(.enqueued(PersistentOperationID(record: record.id), typeIdentifier: record.typeIdentifier))
-            track(operation, record: record, attemptsInFlight: 0)
+            trackRestored(record, attemptsInFlight: 0)
+            schedule(record.id, due: record.dueDate)
         }
     }
 }

@@ -155,21 +155,6 @@ extension PersistentOperationQueue {
         return true
     }
 
-    /// Builds the operation of a readable pending record, or records why it cannot be
-    /// (see ``isRebuildable(_:report:)``).
-    func rebuild(_ record: OperationRecord, report: inout RestoreReport) -> Operation? {
-        guard let type = registeredType(of: record, report: &report) else { return nil }
-        let operation: Operation
-        do {
-            operation = try type.makeOperation(record.payload)
-        } catch {
-            quarantineUndecodable(record, error: error, report: &report)
-            return nil
-        }
-        operation.queuePriority = Operation.QueuePriority(rawValue: record.priority) ?? .normal
-        return operation
-    }
-
     /// The registered type of a record; an unknown one is reported and remembered.
     private func registeredType(of record: OperationRecord, report: inout RestoreReport) -> RegisteredType? {
         let id = PersistentOperationID(record: record.id)

@@ -76,8 +76,8 @@ extension PersistentOperationQueue {
         schedule(record.id, due: record.dueDate)
     }
 
-    /// Starts tracking a restored record whose operation is built later, when its first
-    /// attempt starts; the caller schedules it. The payload is not kept: it is read from the
+    /// Starts tracking a restored (or re-queued) record whose operation is built later, when
+    /// its first attempt starts; the caller schedules it. The payload is not kept: it is read from the
     /// record file again when the operation is built (an empty payload marks that; a stored
     /// payload never is empty).
     func trackRestored(_ record: OperationRecord, attemptsInFlight: Int) {
@@ -155,9 +155,9 @@ extension PersistentOperationQueue {
         }
         built.queuePriority = Operation.QueuePriority(rawValue: record.priority) ?? .normal
         if let retrying = built as? RetryingOperation {
-            // Only restored entries are built here (added and re-queued operations come
+            // Only restored and re-queued entries are built here (added operations come
             // built), and before their first attempt, so the record and the count of attempts
-            // in flight at the crash are still as the restore found them.
+            // in flight at the crash are still as the restore or the requeue left them.
             let attempts = record.numberOfAttempts + entry.attemptsInFlight
             retrying.restoreProgress(RetryingOperation.RestoredProgress(
                 numberOfRetries: record.numberOfRetries,
