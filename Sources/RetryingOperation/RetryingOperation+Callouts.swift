@@ -35,6 +35,23 @@ extension RetryingOperation {
         }
     }
 
+    /// Queues `callout` in the order of submission, like ``submit(_:)``, but never performs
+    /// anything on the calling thread: if the queue was idle, a background thread drains it.
+    ///
+    /// Used for requests from outside the operation (`retryNow()`, `retry(withHelpers:)`),
+    /// whose caller may hold locks that a retry helper's `setup`/`teardown` takes. Queuing
+    /// before the hop keeps two requests from one thread in their order: hopping first, as
+    /// each on its own block of a concurrent queue, let a later `retryNow()` overtake an
+    /// earlier `retry(withHelpers:)`.
+    func submitInBackground(_ callout: Callout) {
+        let runsNow = machine.withLock { $0.callouts.submit(callout) }
+        if runsNow {
+            DispatchQueue.global().async {
+                self.performCallouts(startingWith: callout)
+            }
+        }
+    }
+
     /// Performs `first` and then every callout submitted meanwhile, until the queue is empty.
     /// Called by the thread whose submission found the queue idle (outside the lock).
     func performCallouts(startingWith first: Callout) {

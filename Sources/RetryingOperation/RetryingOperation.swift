@@ -252,10 +252,7 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     /// operation.retry(withHelpers: [NetworkIsBackRetryHelper(operation: operation)])
     /// ```
     public final func retry(withHelpers helpers: [RetryHelper]?) {
-        let callout = Callout.applyRequestedRetry(helpers)
-        DispatchQueue.global().async {
-            self.submit(callout)
-        }
+        submitInBackground(.applyRequestedRetry(helpers))
     }
 
     // MARK: - Configuration

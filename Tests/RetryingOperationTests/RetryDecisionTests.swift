@@ -149,6 +149,27 @@ struct ManualRetryTests {
         #expect(operation.events.all.filter { !$0.hasPrefix("start") } == ["setup0", "teardown0", "setup9", "teardown9"])
     }
 
+    @Test func retryRequestsFromOneThreadAreAppliedInTheOrderTheyWereMade() async {
+        // Twenty operations in turn, each waiting on a helper: a reordering shows up only when
+        // threads are scheduled a certain way, so the scenario runs many times
+        for _ in 0..<20 {
+            let clock = ManualRetryScheduler()
+            let operation = ScriptedOperation(asynchronous: true, steps: [.waitForHelpers(count: 1, counted: true), .succeed], scheduler: clock)
+            startOnItsOwnThread(operation)
+            await waitUntilWaiting(operation)
+            let log = operation.events
+            // When one thread swaps the helpers 30 times, then asks for the retry
+            for index in 1...30 {
+                operation.retry(withHelpers: [RecordingRetryHelper(log: log, index: 100 + index)])
+            }
+            operation.retryNow()
+            // Then every swap was applied, in order, before the retry
+            #expect(await operation.finalOutcome.isSuccess)
+            let expected = ["setup0"] + (1...30).flatMap { ["teardown\($0 == 1 ? 0 : 99 + $0)", "setup\(100 + $0)"] } + ["teardown130"]
+            #expect(operation.events.all.filter { !$0.hasPrefix("start") } == expected)
+        }
+    }
+
     @Test(arguments: [false, true])
     func retryRequestsWhileNotWaitingDoNothingButLog(asynchronous: Bool) async {
         let log = LogCapture()
