@@ -13,7 +13,7 @@ import Foundation
 /// waiting syncs its own file at once, so a single producer pays nothing extra.
 ///
 /// Together with a cheaper attempt marker, this took the queue with eight producers from
-/// about 0.9 to 1.4–1.9 times the records per second of a serial write+fsync+rename+fsync
+/// about 0.9 to 1.4–2.0 times the records per second of a serial write+fsync+rename+fsync
 /// loop (benchmark P3). Where the file system offers no such call (Apple platforms) each
 /// writer simply syncs its own file.
 ///
