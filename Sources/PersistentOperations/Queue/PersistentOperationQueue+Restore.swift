@@ -1,5 +1,9 @@
 import Foundation
 
+// Restore: the records an earlier run left pending are read one at a time, checked (type
+// registered, payload decodes, crash-loop count), tracked as small entries and scheduled in run
+// order; each operation is built only when its first attempt starts.
+
 extension PersistentOperationQueue {
     /// Re-adds every operation an earlier run left pending, and reports what could not be.
     ///

@@ -1,0 +1,75 @@
+import Foundation
+
+// Attempts and waits: each attempt is counted in its marker (crash-loop protection) before it
+// starts; a retry's count and next-attempt date are saved before its wait starts, freeing the
+// slot; a due retry queues a new slot whose start admits it.
+
+extension PersistentOperationQueue {
+    /// Counts the attempt in its marker (for crash-loop protection) and reports it.
+    func attemptWillStart(_ id: String, attempt: Int?) {
+        let counts = state.withLock { state -> (inFlight: Int, attempt: Int)? in
+            guard var entry = state.entries[id] else { return nil }
+            defer { state.entries[id] = entry }
+            entry.attemptsInFlight += 1
+            entry.record.numberOfAttempts = attempt ?? entry.record.numberOfAttempts + 1
+            return (entry.attemptsInFlight, entry.record.numberOfAttempts)
+        }
+        guard let counts else { return }
+        do {
+            try store.setAttemptsInFlight(counts.inFlight, forRecord: id)
+        } catch {
+            reportStoreError(id, "could not record the start of an attempt: \(error)")
+        }
+        hub.emit(.started(PersistentOperationID(record: id), attempt: counts.attempt))
+    }
+
+    /// Saves the retry count and next-attempt date, then frees the attempt's slot.
+    func operationWillWait(_ id: String, _ wait: RetryingOperation.WaitInfo) {
+        let now = timer.now
+        let change = state.withLock { state -> (record: OperationRecord, slot: AttemptSlot?)? in
+            guard var entry = state.entries[id] else { return nil }
+            defer { state.entries[id] = entry }
+            entry.record.numberOfRetries = wait.numberOfRetriesOnRetry
+            entry.record.numberOfAttempts = wait.numberOfAttempts
+            entry.record.nextAttemptAt = wait.delay.map { now.addingTimeInterval($0) }
+            entry.record.attemptsInFlight = 0
+            if let description = wait.errorDescription {
+                entry.record.lastErrorDescription = description
+            }
+            entry.attemptsInFlight = 0
+            var slot: AttemptSlot?
+            if case .running(let running) = entry.phase { slot = running }
+            entry.phase = .waitingToRetry
+            return (entry.record, slot)
+        }
+        guard let change else { return }
+        do {
+            try store.update(change.record)
+        } catch {
+            reportStoreError(id, "could not save the retry; after a crash the operation resumes from its previous record: \(error)")
+        }
+        store.clearAttemptsInFlight(forRecord: id)
+        hub.emit(.retryScheduled(
+            PersistentOperationID(record: id), isCounted: wait.isCounted,
+            numberOfRetries: wait.numberOfRetriesOnRetry, nextAttemptAt: change.record.nextAttemptAt
+        ))
+        change.slot?.release()
+    }
+
+    /// A retry is due: queue a slot whose start admits it.
+    func admissionRequested(_ id: String, admit: @escaping @Sendable () -> Void) {
+        let window = slotWindow()
+        let outcome = state.withLock { state -> (isTracked: Bool, slot: AttemptSlot?) in
+            guard var entry = state.entries[id], case .waitingToRetry = entry.phase else { return (false, nil) }
+            defer { state.entries[id] = entry }
+            entry.pendingAdmission = admit
+            return (true, queueOrHold(&entry, in: &state, window: window))
+        }
+        guard outcome.isTracked else {
+            // Not tracked (the queue was closed): let the operation go on unmanaged.
+            admit()
+            return
+        }
+        if let slot = outcome.slot { operationQueue.addOperation(slot) }
+    }
+}

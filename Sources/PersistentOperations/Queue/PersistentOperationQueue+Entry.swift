@@ -1,0 +1,69 @@
+import Foundation
+
+// What the queue keeps for each stored operation, and the phases it moves through.
+//
+// How a stored operation moves through the queue:
+//
+//   scheduled ──due──▶ (ready) ──▶ queued ──slot starts──▶ running ──wait──▶ waitingToRetry
+//   (timer)            (no room    (AttemptSlot in the      │                    │ retry due
+//                       for a       OperationQueue)         │                    ▼
+//                       slot yet)                           │      (ready ▶) queued (admission) ──▶ running …
+//                                                           ▼
+//                                           finished: record removed / moved to failed
+//
+// At most `slotWindow()` slots sit in the OperationQueue at a time; due work beyond that waits
+// in `State.ready`, a heap in run order, and gets a slot as one leaves. A restored operation is
+// built from its record only when its first attempt starts (or when a query asks for it), so
+// a restore of many records holds records, not operations.
+//
+// Every change of `Entry.phase` happens under `state`'s lock; slots are released, operations
+// built, started or cancelled, records written and events emitted only after the lock is let go.
+
+extension PersistentOperationQueue {
+    struct Entry: Sendable {
+        enum Phase: Sendable {
+            /// Waiting in the timer for its not-before or next-attempt date (`nil` while
+            /// being scheduled).
+            case scheduled(DueTimer.Token?)
+            /// Due, waiting in `State.ready` for room in the `OperationQueue`.
+            case ready
+            /// A slot is queued in the `OperationQueue`.
+            case queued(AttemptSlot)
+            /// An attempt runs, holding `slot` (`nil` for a cancelled operation started
+            /// outside the queue so it can finish).
+            case running(AttemptSlot?)
+            /// A `RetryingOperation` between attempts.
+            case waitingToRetry
+        }
+
+        var record: OperationRecord
+        /// The live operation; `nil` for a restored one until its first attempt starts (or a
+        /// query asks for it), when it is built from `record`.
+        var operation: Operation?
+        var phase: Phase = .scheduled(nil)
+        var hasStarted = false
+        var attemptsInFlight: Int
+        /// Cancelled (or replaced) and about to finish: it no longer holds its unique key.
+        var isCancelRequested = false
+        /// The call that starts a due retry attempt, once its slot starts.
+        var pendingAdmission: (@Sendable () -> Void)?
+
+        /// The state reported to users: a due retry queued for a slot still counts as
+        /// waiting to retry.
+        var infoState: PersistentOperationInfo.State {
+            switch phase {
+            case .scheduled: return .scheduled
+            case .ready, .queued: return pendingAdmission == nil ? .queued : .waitingToRetry
+            case .running: return .running
+            case .waitingToRetry: return .waitingToRetry
+            }
+        }
+    }
+
+
+    /// A due operation waiting for room in the `OperationQueue`.
+    struct ReadySlot: Sendable {
+        var id: String
+        var order: RunOrder
+    }
+}

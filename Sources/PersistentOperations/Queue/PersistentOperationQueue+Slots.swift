@@ -1,0 +1,124 @@
+import Foundation
+
+// Slots: the placeholders that hold one place of the `OperationQueue` for the length of an
+// attempt, the window that bounds how many sit there at a time, and the ready heap that holds due
+// work beyond it, in run order.
+
+extension PersistentOperationQueue {
+    /// How many slots may sit in the `OperationQueue` at a time: enough to keep every one of
+    /// its `maxConcurrentOperationCount` busy with room to spare, without parking thousands
+    /// of placeholders there (Linux's `OperationQueue` slows down with many queued).
+    func slotWindow() -> Int {
+        let width = operationQueue.maxConcurrentOperationCount
+        return width > 0 ? max(Self.minimumSlotWindow, 4 * width) : Self.unboundedQueueSlotWindow
+    }
+
+    static let minimumSlotWindow = 64
+    static let unboundedQueueSlotWindow = 1_000
+
+    /// Under the lock: gives a due entry a slot when the `OperationQueue` has room for one,
+    /// or puts it in `ready` until it has.
+    func queueOrHold(_ entry: inout Entry, in state: inout State, window: Int) -> AttemptSlot? {
+        guard state.slotsInQueue < window else {
+            hold(&entry, in: &state)
+            return nil
+        }
+        state.slotsInQueue += 1
+        let slot = makeSlot(for: entry)
+        entry.phase = .queued(slot)
+        return slot
+    }
+
+    /// Under the lock: puts a due entry in `ready` until the `OperationQueue` has room.
+    func hold(_ entry: inout Entry, in state: inout State) {
+        entry.phase = .ready
+        state.ready.insert(ReadySlot(id: entry.record.id, order: entry.record.runOrder))
+    }
+
+    /// Queues a slot for the first attempt of a scheduled operation that became due.
+    func enqueueSlot(for id: String) {
+        let window = slotWindow()
+        let slot = state.withLock { state -> AttemptSlot? in
+            guard var entry = state.entries[id], case .scheduled = entry.phase else { return nil }
+            defer { state.entries[id] = entry }
+            return queueOrHold(&entry, in: &state, window: window)
+        }
+        if let slot { operationQueue.addOperation(slot) }
+    }
+
+    /// A slot left the `OperationQueue`: give its room to the next ready operations.
+    ///
+    /// A slot that leaves while its entry still waits for it was cancelled in the
+    /// `OperationQueue` (`cancelAllOperations()`) before it started: the stored operation is
+    /// not cancelled by that (cancel it through this queue), so it goes back to the ready
+    /// operations and gets a new slot.
+    private func slotDidLeave(_ leaving: AttemptSlot) {
+        let window = slotWindow()
+        let slots = state.withLock { state -> [AttemptSlot] in
+            state.slotsInQueue -= 1
+            if var entry = state.entries[leaving.recordID], case .queued(let queued) = entry.phase, queued === leaving {
+                hold(&entry, in: &state)
+                state.entries[leaving.recordID] = entry
+            }
+            var slots: [AttemptSlot] = []
+            while state.slotsInQueue < window, let next = state.ready.popFirst() {
+                // Skip what was cancelled or forgotten while it waited.
+                guard var entry = state.entries[next.id], case .ready = entry.phase else { continue }
+                if let slot = queueOrHold(&entry, in: &state, window: window) { slots.append(slot) }
+                state.entries[next.id] = entry
+            }
+            return slots
+        }
+        for slot in slots {
+            operationQueue.addOperation(slot)
+        }
+    }
+
+    private func makeSlot(for entry: Entry) -> AttemptSlot {
+        AttemptSlot(
+            recordID: entry.record.id,
+            priority: Operation.QueuePriority(rawValue: entry.record.priority) ?? .normal,
+            onStart: { [weak self] slot in
+                guard let self else { return slot.release() }
+                self.slotDidStart(slot)
+            },
+            onFinish: { [weak self] slot in self?.slotDidLeave(slot) }
+        )
+    }
+
+    private func slotDidStart(_ slot: AttemptSlot) {
+        enum Action { case release, start(Operation?), admit(@Sendable () -> Void) }
+        let action = state.withLock { state -> Action in
+            guard var entry = state.entries[slot.recordID], case .queued(let queued) = entry.phase, queued === slot else {
+                return .release
+            }
+            defer { state.entries[slot.recordID] = entry }
+            entry.phase = .running(slot)
+            if !entry.hasStarted {
+                entry.hasStarted = true
+                return .start(entry.operation)
+            }
+            if let admit = entry.pendingAdmission {
+                entry.pendingAdmission = nil
+                return .admit(admit)
+            }
+            return .release
+        }
+        switch action {
+        case .release:
+            slot.release()
+        case .start(let existing):
+            guard let operation = existing ?? operation(for: slot.recordID) else { return }
+            if existing == nil, state.withLock({ $0.entries[slot.recordID]?.isCancelRequested == true }) {
+                // Cancelled while it was being built: it starts only to finish, cancelled.
+                operation.cancel()
+            }
+            if !(operation is RetryingOperation) {
+                attemptWillStart(slot.recordID, attempt: nil)
+            }
+            operation.start()
+        case .admit(let admit):
+            admit()
+        }
+    }
+}

@@ -1,0 +1,135 @@
+import Foundation
+
+// Tracking: how a stored operation becomes an entry of the queue — attached (its retries and its
+// end report here), scheduled in the timer or queued at once, and, for a restored record, built
+// from its file when its first attempt starts.
+
+extension PersistentOperationQueue {
+    /// Starts tracking a stored operation and schedules its first attempt.
+    func track(_ operation: Operation, record: OperationRecord, attemptsInFlight: Int) {
+        attach(operation, id: record.id)
+        state.withLock { state in
+            state.entries[record.id] = Entry(record: record, operation: operation, attemptsInFlight: attemptsInFlight)
+            state.idsByOperation[ObjectIdentifier(operation)] = record.id
+        }
+        schedule(record.id, due: record.dueDate)
+    }
+
+    /// Starts tracking a restored (or re-queued) record whose operation is built later, when
+    /// its first attempt starts; the caller schedules it. The payload is not kept: it is read from the
+    /// record file again when the operation is built (an empty payload marks that; a stored
+    /// payload never is empty).
+    func trackRestored(_ record: OperationRecord, attemptsInFlight: Int) {
+        var record = record
+        record.payload = Data()
+        let entry = Entry(record: record, operation: nil, attemptsInFlight: attemptsInFlight)
+        state.withLock { $0.entries[record.id] = entry }
+    }
+
+    /// Connects an operation to the queue: its retries report here and wait in the queue's
+    /// timer; a plain operation reports its end through its completion block.
+    private func attach(_ operation: Operation, id: String) {
+        if let retrying = operation as? RetryingOperation {
+            retrying.driver = OperationTracker(recordID: id, queue: self)
+            if retrying.retryScheduler is DispatchRetryScheduler {
+                retrying.retryScheduler = timer
+            }
+        } else {
+            let usersBlock = operation.completionBlock
+            operation.completionBlock = { [weak self, weak operation] in
+                usersBlock?()
+                self?.operationFinished(id, outcome: operation?.isCancelled == true ? .cancelled : .succeeded)
+            }
+        }
+    }
+
+    /// Puts a newly tracked operation in the timer until `due` (its not-before or
+    /// next-attempt date), or queues it at once.
+    func schedule(_ id: String, due: Date?) {
+        if let due, due > timer.now {
+            let token = timer.schedule(at: due) { [weak self] in self?.enqueueSlot(for: id) }
+            let isStale = state.withLock { state -> Bool in
+                guard case .scheduled(nil)? = state.entries[id]?.phase else { return true }
+                state.entries[id]?.phase = .scheduled(token)
+                return false
+            }
+            if isStale { token.cancel() }
+        } else {
+            enqueueSlot(for: id)
+        }
+    }
+
+    /// The live operation of `id`, built from its record first if it has not been yet.
+    ///
+    /// Returns `nil` when the queue no longer tracks `id`, or when the operation cannot be
+    /// built (its type was unregistered, or its payload no longer decodes): the record is
+    /// then quarantined and the entry forgotten.
+    func operation(for id: String) -> Operation? {
+        let found = state.withLock { state -> (operation: Operation?, entry: Entry?, type: RegisteredType?) in
+            guard let entry = state.entries[id] else { return (nil, nil, nil) }
+            if let operation = entry.operation { return (operation, nil, nil) }
+            return (nil, entry, state.registry[entry.record.typeIdentifier])
+        }
+        if let operation = found.operation { return operation }
+        guard let entry = found.entry else { return nil }
+        var record = entry.record
+        let built: Operation
+        do {
+            if record.payload.isEmpty {
+                let stored = try store.readPending(id: id)
+                guard stored.typeIdentifier == record.typeIdentifier else {
+                    throw PersistenceError(.corruptRecord, "the record's type changed on disk to \"\(stored.typeIdentifier)\"")
+                }
+                record.payload = stored.payload
+            }
+            guard let type = found.type else {
+                throw PersistenceError(.unknownType, "\"\(record.typeIdentifier)\" is no longer registered")
+            }
+            built = try type.makeOperation(record.payload)
+        } catch {
+            // Cancelled and forgotten meanwhile (its record removed): nothing to quarantine.
+            guard state.withLock({ $0.entries[id] != nil }) else { return nil }
+            quarantineUnbuildable(record, error: error)
+            return nil
+        }
+        built.queuePriority = Operation.QueuePriority(rawValue: record.priority) ?? .normal
+        if let retrying = built as? RetryingOperation {
+            // Only restored and re-queued entries are built here (added operations come
+            // built), and before their first attempt, so the record and the count of attempts
+            // in flight at the crash are still as the restore or the requeue left them.
+            let attempts = record.numberOfAttempts + entry.attemptsInFlight
+            retrying.restoreProgress(RetryingOperation.RestoredProgress(
+                numberOfRetries: record.numberOfRetries,
+                numberOfAttempts: attempts,
+                resumesAsRetry: attempts > 0
+            ))
+        }
+        attach(built, id: id)
+        // Another thread may have built it meanwhile: the first one installed wins, and the
+        // other, never started, is dropped.
+        return state.withLock { state -> Operation? in
+            guard var entry = state.entries[id] else { return nil }
+            if let existing = entry.operation { return existing }
+            entry.operation = built
+            if entry.record.payload.isEmpty { entry.record.payload = record.payload }
+            state.entries[id] = entry
+            state.idsByOperation[ObjectIdentifier(built)] = id
+            return built
+        }
+    }
+
+    /// Quarantines the record of an operation that could not be built, and forgets it.
+    private func quarantineUnbuildable(_ record: OperationRecord, error: any Error) {
+        let reason = "the operation could not be rebuilt from its record: \(error)"
+        do {
+            let name = try store.quarantinePending(id: record.id, reason: reason)
+            hub.emit(.quarantined(entryName: name, reason: reason))
+        } catch {
+            reportStoreError(record.id, "could not quarantine a record whose operation cannot be rebuilt; it was not run: \(error)")
+        }
+        store.clearAttemptsInFlight(forRecord: record.id)
+        forget(record.id)
+    }
+
+    /// How many slots may sit in the `OperationQueue` at a time: enough to keep every one of
+}
