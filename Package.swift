@@ -13,12 +13,15 @@ let package = Package(
     targets: [
         .target(name: "RetryingOperation"),
         .target(name: "PersistentOperations", dependencies: ["RetryingOperation"]),
-        .executableTarget(name: "CrashDemo", dependencies: ["PersistentOperations"]),
+        // The effects journal, the at-least-once rules and the seeded generator, shared by
+        // crash-demo and the tests (not a product).
+        .target(name: "CrashHarness"),
+        .executableTarget(name: "CrashDemo", dependencies: ["PersistentOperations", "CrashHarness"]),
         .executableTarget(name: "StoreInspector", dependencies: ["PersistentOperations"]),
-        .testTarget(name: "RetryingOperationTests", dependencies: ["RetryingOperation"]),
+        .testTarget(name: "RetryingOperationTests", dependencies: ["RetryingOperation", "CrashHarness"]),
         .testTarget(
             name: "PersistentOperationsTests",
-            dependencies: ["PersistentOperations"],
+            dependencies: ["PersistentOperations", "CrashHarness"],
             resources: [.copy("Fixtures")]
         ),
     ],

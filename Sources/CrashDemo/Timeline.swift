@@ -1,3 +1,4 @@
+import CrashHarness
 import Foundation
 
 /// Turns the app's journal events into the demo's readable timeline as they arrive, and keeps

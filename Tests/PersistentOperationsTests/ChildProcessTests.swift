@@ -1,3 +1,4 @@
+import CrashHarness
 import Foundation
 import Testing
 @testable import PersistentOperations
@@ -73,40 +74,11 @@ struct ChildProcessTests {
         #expect(lost.isEmpty, "lost: \(lost)")
         #expect(Set(failedIndices) == refused.union(crashLooped))
         // No operation started again once its record was removed; retry and attempt counts
-        // never went backwards; a second completion only across a kill
-        let indexByID = journal.indexByID
-        var removed = Set<Int>()
-        var lastRetries: [Int: Int] = [:]
-        var lastAttempt: [Int: Int] = [:]
-        var completedInLaunch: [Int: Int] = [:]
-        var launch = 0
-        var ranTwice = Set<Int>()
-        for words in journal.lines {
-            switch words.first {
-            case "launch":
-                launch += 1
-            case "removed":
-                if let index = indexByID[words[1]] { removed.insert(index) }
-            case "start":
-                guard let index = Int(words[1]) else { continue }
-                #expect(!removed.contains(index), "operation \(index) started after its record was removed")
-                let retries = words.compactMap { journal.value($0, "retries") }.first ?? -1
-                let attempt = words.compactMap { journal.value($0, "attempt") }.first ?? -1
-                #expect(retries >= lastRetries[index, default: 0], "retry count of \(index) went backwards")
-                #expect(attempt > lastAttempt[index, default: 0], "attempt number of \(index) did not increase")
-                lastRetries[index] = retries
-                lastAttempt[index] = attempt
-            case "done":
-                guard let index = Int(words[1]) else { continue }
-                if let earlier = completedInLaunch[index] {
-                    #expect(earlier < launch, "operation \(index) completed twice in one launch")
-                    ranTwice.insert(index)
-                }
-                completedInLaunch[index] = launch
-            default:
-                break
-            }
-        }
+        // never went backwards; a second completion only across a kill (crash-demo's rules)
+        var contract = ContractReplay()
+        for event in journal.events { contract.observe(event) }
+        #expect(contract.violations.isEmpty, "\(contract.violations)")
+        let ranTwice = contract.ranTwice
         return "\(acknowledged.count) acknowledged, \(Set(done).count) completed, \(failedIndices.count) failed, \(lost.count) lost, \(ranTwice.count) ran twice (in flight at a kill)"
     }
 

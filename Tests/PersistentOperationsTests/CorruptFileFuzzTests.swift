@@ -1,3 +1,4 @@
+import CrashHarness
 import Foundation
 import Testing
 @testable import PersistentOperations

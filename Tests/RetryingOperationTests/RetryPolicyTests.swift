@@ -1,18 +1,7 @@
+import CrashHarness
 import Foundation
 import Testing
 import RetryingOperation
-
-/// A seeded generator, so jittered delays are reproducible.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 @Suite struct RetryPolicyTests {
     @Test func constantLinearAndExponentialBackoffsGiveExactSequences() {
@@ -34,8 +23,8 @@ struct SplitMix64: RandomNumberGenerator {
 
     @Test func fullJitterWithASeededGeneratorIsReproducibleAndBounded() {
         let policy = RetryPolicy(backoff: .exponential(initial: 1, multiplier: 2), maximumDelay: 8, jitter: .full)
-        var first = SplitMix64(state: 42)
-        var second = SplitMix64(state: 42)
+        var first = SeededGenerator(seed: 42)
+        var second = SeededGenerator(seed: 42)
         let delays = (1...6).map { policy.delay(forRetry: $0, using: &first) }
         #expect(delays == (1...6).map { policy.delay(forRetry: $0, using: &second) })
         for (retry, delay) in zip(1..., delays) {
@@ -46,7 +35,7 @@ struct SplitMix64: RandomNumberGenerator {
 
     @Test func equalJitterKeepsAtLeastHalfTheDelay() {
         let policy = RetryPolicy(backoff: .constant(10), maximumDelay: 10, jitter: .equal)
-        var generator = SplitMix64(state: 7)
+        var generator = SeededGenerator(seed: 7)
         let delays = (0..<1_000).map { _ in policy.delay(forRetry: 1, using: &generator) }
         #expect(delays.allSatisfy { $0 >= 5 && $0 <= 10 })
         #expect(delays.min()! < 5.1 && delays.max()! > 9.9)

@@ -1,3 +1,4 @@
+import CrashHarness
 import Foundation
 import Testing
 @testable import RetryingOperation
@@ -14,7 +15,7 @@ final class RandomOperation: RetryingOperation, @unchecked Sendable {
     override var isAsynchronous: Bool { true }
 
     override func startBaseOperation(isRetry: Bool) {
-        var generator = SplitMix64(state: seed &+ UInt64(numberOfAttempts))
+        var generator = SeededGenerator(seed: seed &+ UInt64(numberOfAttempts))
         let roll = Int.random(in: 0..<10, using: &generator)
         let delay = Double.random(in: 0...0.002, using: &generator)
         DispatchQueue.global().async {
@@ -43,7 +44,7 @@ struct StressTests {
             }
             return operation
         }
-        var generator = SplitMix64(state: 2026)
+        var generator = SeededGenerator(seed: 2026)
         let cancelledBeforeStart = (0..<count).filter { _ in Int.random(in: 0..<20, using: &generator) == 0 }
         for index in cancelledBeforeStart { operations[index].cancel() }
         let chaosTargets = (0..<3_000).map { _ in (Int.random(in: 0..<count, using: &generator), Bool.random(using: &generator)) }

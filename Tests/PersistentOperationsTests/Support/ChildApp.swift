@@ -1,3 +1,4 @@
+import CrashHarness
 import Foundation
 import Testing
 @testable import PersistentOperations
@@ -107,23 +108,13 @@ struct DemoUploadJob: Codable {
 /// The effects journal a child app wrote, and the checks of the at-least-once contract.
 struct EffectsJournal {
     let lines: [[Substring]]
+    /// The same lines parsed by crash-demo's own reader.
+    let events: [JournalEvent]
 
     init(path: String) throws {
         lines = try String(contentsOfFile: path, encoding: .utf8)
             .split(separator: "\n").map { $0.split(separator: " ") }
-    }
-
-    func value(_ word: Substring, _ key: String) -> Int? {
-        word.hasPrefix(key + "=") ? Int(word.dropFirst(key.count + 1)) : nil
-    }
-
-    /// Operation index by record identifier, from `ack` and `restored` lines.
-    var indexByID: [Substring: Int] {
-        var map: [Substring: Int] = [:]
-        for words in lines where (words.first == "ack" || words.first == "restored") && words.count == 3 {
-            map[words[2].dropFirst(3)] = Int(words[1])
-        }
-        return map
+        events = try JournalTail.allEvents(at: path)
     }
 
     func indices(_ kind: Substring) -> [Int] {

@@ -1,7 +1,7 @@
 import Foundation
 
-/// One line of the app's effects journal (see ``AppCommand``), parsed.
-enum JournalEvent: Equatable {
+/// One line of the effects journal that `crash-demo app` appends to, parsed.
+package enum JournalEvent: Equatable {
     /// The app started: `launch PID restored=N quarantined=Q failed-after-crashes=F`.
     case launch(pid: Int32, restored: Int, quarantined: Int, failedAfterCrashes: Int)
     /// A pending upload was restored from the store: `restored I id=ID`.
@@ -26,7 +26,7 @@ enum JournalEvent: Equatable {
     case unknown(String)
 
     /// Parses one journal line.
-    init(line: Substring) {
+    package init(line: Substring) {
         let words = line.split(separator: " ")
         func index() -> Int? { words.count >= 2 ? Int(words[1]) : nil }
         func value(_ key: String) -> Substring? {
@@ -63,13 +63,13 @@ enum JournalEvent: Equatable {
 }
 
 /// Reads an effects journal that another process is appending to, one complete line at a time.
-final class JournalTail {
+package final class JournalTail {
     private let path: String
     private var handle: FileHandle?
     private var partialLine = Data()
 
     /// Follows the journal at `path`, which may not exist yet.
-    init(path: String) {
+    package init(path: String) {
         self.path = path
     }
 
@@ -78,7 +78,7 @@ final class JournalTail {
     }
 
     /// The lines completed since the last call.
-    func newEvents() -> [JournalEvent] {
+    package func newEvents() -> [JournalEvent] {
         if handle == nil {
             handle = FileHandle(forReadingAtPath: path)
         }
@@ -94,7 +94,7 @@ final class JournalTail {
     }
 
     /// Every line of the journal at `path`, read from the start.
-    static func allEvents(at path: String) throws -> [JournalEvent] {
+    package static func allEvents(at path: String) throws -> [JournalEvent] {
         try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").map(JournalEvent.init(line:))
     }
 }

@@ -1,19 +1,22 @@
 import Foundation
 
 /// The ordering rules of the at-least-once contract, checked by replaying an effects journal
-/// from the start; shared by the demo's tally and the crash soak.
+/// from the start; shared by the demo's tally, the crash soak's verifier and the child-process tests.
 ///
 /// Broken rules: an upload that started again after its record was removed, a retry count
 /// that went down, an attempt number that did not go up, an upload completed twice within one
 /// launch. Allowed, and counted in ``ranTwice``: an upload completed in two launches, because
 /// a kill came after its work but before its record was removed.
-struct ContractReplay {
+package struct ContractReplay {
     /// Broken rules, for people; empty when the contract held.
-    private(set) var violations: [String] = []
+    package private(set) var violations: [String] = []
     /// Uploads that completed in two (or more) launches.
-    private(set) var ranTwice: [Int] = []
+    package private(set) var ranTwice: [Int] = []
     /// The number of `launch` events seen so far.
-    private(set) var launches = 0
+    package private(set) var launches = 0
+
+    /// A replay of an empty journal.
+    package init() {}
 
     private var indexByID: [String: Int] = [:]
     private var removed = Set<Int>()
@@ -22,7 +25,7 @@ struct ContractReplay {
     private var completedInLaunch: [Int: Int] = [:]
 
     /// Applies the rules to the next event of the journal.
-    mutating func observe(_ event: JournalEvent) {
+    package mutating func observe(_ event: JournalEvent) {
         switch event {
         case .launch:
             launches += 1
