@@ -71,7 +71,8 @@ extension RetryingOperation {
         switch callout {
         case .beginFirstAttempt:
             // Queued behind another callout (a `cancel()` that raced with `start()`).
-            beginAttempt(isRetry: false, counted: false, isCancelled: isCancelled)
+            let (isCancelled, failure) = machine.withLock { ($0.isCancelled, $0.failureBeforeStart) }
+            beginAttempt(isRetry: false, counted: false, isCancelled: isCancelled, failureBeforeStart: failure)
         case .processAttemptEnd(let end):
             processAttemptEnd(end)
         case .processCancellation:

@@ -80,6 +80,16 @@ extension RetryingOperation {
         }
     }
 
+    /// Makes the operation finish failed with `error`, without running an attempt, when it is
+    /// started (a persistent operation whose prerequisite failed for good). Call before `start()`;
+    /// a cancelled operation still finishes cancelled.
+    package func failWhenStarted(with error: any Error) {
+        machine.withLock { state in
+            precondition(!state.hasStarted, "failWhenStarted(with:) must be called before the operation starts")
+            state.failureBeforeStart = error
+        }
+    }
+
     /// The shortest timer delay among `helpers`, if any is a ``TimerRetryHelper``.
     static func shortestTimerDelay(of helpers: [RetryHelper]) -> TimeInterval? {
         helpers.compactMap { ($0 as? TimerRetryHelper)?.retryDelay }.min()

@@ -65,6 +65,9 @@ struct MachineState: Sendable {
     var resumesAsRetry = false
     /// A due retry waits for the driver to admit it.
     var isAwaitingAdmission = false
+    /// Set by a driver before the start: the operation finishes failed with this error instead
+    /// of running (a persistent operation whose prerequisite failed for good).
+    var failureBeforeStart: (any Error)?
     typealias OutcomeWaiters = [CheckedContinuation<RetryingOperation.Outcome, Never>]
     var outcomeWaiters: OutcomeWaiters = []
     /// The callouts waiting to run, kept here so that a state change and the callout it
@@ -95,9 +98,14 @@ extension RetryingOperation {
     /// a wait, `counted` saying whether it spends the retry budget), unless the operation
     /// `isCancelled`. A callout; the caller has seen the operation idle (first attempt: only
     /// `start()`, once, submits it) or waiting (retry).
-    func beginAttempt(isRetry: Bool, counted: Bool, isCancelled: Bool) {
+    /// A first attempt with a `failureBeforeStart` finishes failed with it instead.
+    func beginAttempt(isRetry: Bool, counted: Bool, isCancelled: Bool, failureBeforeStart: (any Error)? = nil) {
         if isCancelled {
             finish(.cancelled, wasExecuting: isRetry)
+            return
+        }
+        if !isRetry, let failureBeforeStart {
+            finish(.failed(failureBeforeStart), wasExecuting: false)
             return
         }
 

@@ -388,10 +388,10 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     public final override func start() {
         // Marking the start, submitting the first attempt and reading whether the operation
         // is cancelled take one lock round trip.
-        let submission = machine.withLock { state -> (runsNow: Bool, isCancelled: Bool)? in
+        let submission = machine.withLock { state -> (runsNow: Bool, isCancelled: Bool, failure: (any Error)?)? in
             guard !state.hasStarted else { return nil }
             state.hasStarted = true
-            return (state.callouts.submit(.beginFirstAttempt), state.isCancelled)
+            return (state.callouts.submit(.beginFirstAttempt), state.isCancelled, state.failureBeforeStart)
         }
         guard let submission else {
             log(.error, "start() was called on an operation that had already started; ignored")
@@ -399,7 +399,7 @@ open class RetryingOperation: Operation, @unchecked Sendable {
         }
         if submission.runsNow {
             // The `beginFirstAttempt` callout, with the cancellation read above.
-            beginAttempt(isRetry: false, counted: false, isCancelled: submission.isCancelled)
+            beginAttempt(isRetry: false, counted: false, isCancelled: submission.isCancelled, failureBeforeStart: submission.failure)
             performQueuedCallouts()
         }
         if !isAsynchronous && OperationQueue.current == nil && driver == nil && !isFinished {
