@@ -52,7 +52,7 @@ struct MalformedRecordTests {
         try add("length mismatch", .quarantined) { var data = try goodFile(named: $0, index: 9); data[15] &+= 1; return data }
         try add("CRC mismatch", .quarantined) { var data = try goodFile(named: $0, index: 9); data[19] ^= 0x40; return data }
         try add("newer format version", .skipped) { name in
-            recordFile(body: Data(try goodFile(named: name, index: 9).dropFirst(RecordFormat.headerSize)), version: 2)
+            recordFile(body: Data(try goodFile(named: name, index: 9).dropFirst(RecordFormat.headerSize)), version: UInt16(OperationRecord.currentFormatVersion + 1))
         }
         try add("identifier does not match the file name", .quarantined) { _ in try goodFile(named: recordName(), index: 9) }
         try add("unexpected name", .quarantined, name: "notes.txt") { _ in Data("hello".utf8) }
@@ -70,7 +70,7 @@ struct MalformedRecordTests {
             }
             // A flip in the version field can make it look like a newer version: left in place.
             let version = Int(data[8]) << 8 | Int(data[9])
-            let expectation: Entry.Expectation = version > 1 && data.starts(with: RecordFormat.magic) ? .skipped : .quarantined
+            let expectation: Entry.Expectation = version > OperationRecord.currentFormatVersion && data.starts(with: RecordFormat.magic) ? .skipped : .quarantined
             entries.append(Entry(label: "bit flip \(flip)", name: name, expectation: expectation, create: file(data)))
         }
         entries.append(Entry(label: "directory where a file belongs", name: recordName(), expectation: .quarantined) { path in

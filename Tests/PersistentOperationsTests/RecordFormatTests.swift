@@ -104,7 +104,7 @@ struct RecordFormatTests {
     }
 
     @Test func aNewerFormatVersionIsReportedAsUnsupported() throws {
-        let file = recordFile(body: Data(try RecordFormat.encode(try makeRecord()).dropFirst(RecordFormat.headerSize)), version: 2)
+        let file = recordFile(body: Data(try RecordFormat.encode(try makeRecord()).dropFirst(RecordFormat.headerSize)), version: UInt16(OperationRecord.currentFormatVersion + 1))
         let error = #expect(throws: PersistenceError.self) { try RecordFormat.decode(file) }
         #expect(error?.code == .unsupportedFormatVersion)
     }

@@ -21,14 +21,20 @@ extension OperationRecord {
         entries["nextAttemptAt"] = nextAttemptAt.map { .date($0) }
         entries["lastErrorDescription"] = lastErrorDescription.map { .string($0) }
         entries["failureReason"] = failureReason.map { .string($0) }
+        if formatVersion >= 2 {
+            if !prerequisites.isEmpty { entries["prerequisites"] = .array(prerequisites.map { .string($0) }) }
+            entries["batchID"] = batchID.map { .string($0) }
+            entries["failedPrerequisite"] = failedPrerequisite.map { .string($0) }
+        }
         return .dictionary(entries)
     }
 
-    /// Reads a record from a verified property-list body; unknown keys are ignored.
+    /// Reads a record from a verified property-list body of format `headerVersion`; unknown
+    /// keys are ignored, and so are version 2 keys in a version 1 body.
     ///
     /// - Throws: ``PersistenceError/Code/corruptRecord`` naming the first missing or
     ///   mistyped field.
-    init(propertyListValue value: PropertyListValue) throws {
+    init(propertyListValue value: PropertyListValue, headerVersion: Int) throws {
         guard case .dictionary(let entries) = value else {
             throw Self.invalid("the body is not a dictionary")
         }
@@ -42,15 +48,33 @@ extension OperationRecord {
             return try required(key, convert)
         }
         let formatVersion = try required("formatVersion", \.intValue)
-        guard formatVersion == Self.currentFormatVersion else {
+        guard formatVersion == headerVersion else {
             throw Self.invalid("body format version \(formatVersion) does not match the header")
         }
         let id = try required("id", \.stringValue)
         guard Self.isValidIdentifier(id) else { throw Self.invalid("field \"id\" is not a library-generated UUID") }
-        let tags = try required("tags") { value -> [String]? in
+        func strings(_ value: PropertyListValue) -> [String]? {
             guard case .array(let elements) = value else { return nil }
             let strings = elements.compactMap(\.stringValue)
             return strings.count == elements.count ? strings : nil
+        }
+        let tags = try required("tags", strings)
+        var prerequisites: [String] = []
+        var batchID: String?
+        var failedPrerequisite: String?
+        if formatVersion >= 2 {
+            prerequisites = try optional("prerequisites", strings) ?? []
+            guard prerequisites.allSatisfy(Self.isValidIdentifier) else {
+                throw Self.invalid("field \"prerequisites\" holds an identifier that is not a library-generated UUID")
+            }
+            batchID = try optional("batchID", \.stringValue)
+            if let batchID, !Self.isValidIdentifier(batchID) {
+                throw Self.invalid("field \"batchID\" is not a library-generated UUID")
+            }
+            failedPrerequisite = try optional("failedPrerequisite", \.stringValue)
+            if let failedPrerequisite, !Self.isValidIdentifier(failedPrerequisite) {
+                throw Self.invalid("field \"failedPrerequisite\" is not a library-generated UUID")
+            }
         }
         self.init(
             id: id,
@@ -67,8 +91,12 @@ extension OperationRecord {
             nextAttemptAt: try optional("nextAttemptAt", \.dateValue),
             attemptsInFlight: try required("attemptsInFlight", \.intValue),
             lastErrorDescription: try optional("lastErrorDescription", \.stringValue),
-            failureReason: try optional("failureReason", \.stringValue)
+            failureReason: try optional("failureReason", \.stringValue),
+            prerequisites: prerequisites,
+            batchID: batchID,
+            failedPrerequisite: failedPrerequisite
         )
+        self.formatVersion = formatVersion
     }
 
     private static func invalid(_ reason: String) -> PersistenceError {

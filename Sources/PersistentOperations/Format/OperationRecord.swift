@@ -30,11 +30,28 @@ import Foundation
 /// | `attemptsInFlight` | integer | Consecutive launches in which an attempt started and never ended. |
 /// | `lastErrorDescription` | string? | Description of the error that ended the last attempt. |
 /// | `failureReason` | string? | Why the record was moved to the failed area. |
+///
+/// ## Format version 2
+///
+/// Version 2 adds the operation graph. Its keys are those of version 1 and:
+///
+/// | Key | Type | Meaning |
+/// |---|---|---|
+/// | `prerequisites` | array of strings? | Identifiers of the records that must succeed before this one starts. |
+/// | `batchID` | string? | The `addOperations` batch the record was stored with; it counts only once the batch's commit marker exists. |
+/// | `failedPrerequisite` | string? | In the failed area: the prerequisite whose failure failed this record. |
+///
+/// A record is written in the lowest version that holds it: version 1 unless one of these
+/// fields is set, so that a reader of version 1 (which would ignore them, and run a dependent
+/// too early) never sees a record that needs them.
 package struct OperationRecord: Codable, Sendable, Equatable {
-    /// The only record format version this library writes and reads.
-    package static let currentFormatVersion = 1
+    /// The newest record format version this library writes and reads.
+    package static let currentFormatVersion = 2
+    /// The format versions this library reads.
+    package static let readableFormatVersions = 1...currentFormatVersion
 
-    /// The format version the record was read with or will be written with.
+    /// The format version the record was read with (a new record: the one it needs now).
+    /// ``RecordFormat/encode(_:maximumSize:)`` writes ``requiredFormatVersion`` whatever this says.
     package var formatVersion: Int
     /// The library-generated identifier (an uppercase UUID string); file names come only from it.
     package var id: String
@@ -67,6 +84,13 @@ package struct OperationRecord: Codable, Sendable, Equatable {
     package var lastErrorDescription: String?
     /// Why the record is in the failed area; `nil` for pending records.
     package var failureReason: String?
+    /// The records that must succeed before this one starts (version 2).
+    package var prerequisites: [String]
+    /// The `addOperations` batch this record was stored with, while its commit marker
+    /// decides whether it counts (version 2).
+    package var batchID: String?
+    /// In the failed area: the prerequisite whose failure failed this record (version 2).
+    package var failedPrerequisite: String?
 
     /// Creates a record of format ``currentFormatVersion`` with a fresh identifier.
     package init(
@@ -84,9 +108,12 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         nextAttemptAt: Date? = nil,
         attemptsInFlight: Int = 0,
         lastErrorDescription: String? = nil,
-        failureReason: String? = nil
+        failureReason: String? = nil,
+        prerequisites: [String] = [],
+        batchID: String? = nil,
+        failedPrerequisite: String? = nil
     ) {
-        self.formatVersion = Self.currentFormatVersion
+        self.formatVersion = 1
         self.id = id
         self.typeIdentifier = typeIdentifier
         self.payload = payload
@@ -102,6 +129,62 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         self.attemptsInFlight = attemptsInFlight
         self.lastErrorDescription = lastErrorDescription
         self.failureReason = failureReason
+        self.prerequisites = prerequisites
+        self.batchID = batchID
+        self.failedPrerequisite = failedPrerequisite
+        self.formatVersion = requiredFormatVersion
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case formatVersion, id, typeIdentifier, payload, priority, enqueueSequence, enqueuedAt, notBefore, tags
+        case uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription
+        case failureReason, prerequisites, batchID, failedPrerequisite
+    }
+
+    /// Decodes a record body with any `Decoder` (Foundation's property-list decoder reads one);
+    /// the version 2 keys may be absent, as they are from every version 1 body.
+    package init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            id: try container.decode(String.self, forKey: .id),
+            typeIdentifier: try container.decode(String.self, forKey: .typeIdentifier),
+            payload: try container.decode(Data.self, forKey: .payload),
+            priority: try container.decode(Int.self, forKey: .priority),
+            enqueueSequence: try container.decode(UInt64.self, forKey: .enqueueSequence),
+            enqueuedAt: try container.decode(Date.self, forKey: .enqueuedAt),
+            notBefore: try container.decodeIfPresent(Date.self, forKey: .notBefore),
+            tags: try container.decode([String].self, forKey: .tags),
+            uniqueKey: try container.decodeIfPresent(String.self, forKey: .uniqueKey),
+            numberOfRetries: try container.decode(Int.self, forKey: .numberOfRetries),
+            numberOfAttempts: try container.decode(Int.self, forKey: .numberOfAttempts),
+            nextAttemptAt: try container.decodeIfPresent(Date.self, forKey: .nextAttemptAt),
+            attemptsInFlight: try container.decode(Int.self, forKey: .attemptsInFlight),
+            lastErrorDescription: try container.decodeIfPresent(String.self, forKey: .lastErrorDescription),
+            failureReason: try container.decodeIfPresent(String.self, forKey: .failureReason),
+            prerequisites: try container.decodeIfPresent([String].self, forKey: .prerequisites) ?? [],
+            batchID: try container.decodeIfPresent(String.self, forKey: .batchID),
+            failedPrerequisite: try container.decodeIfPresent(String.self, forKey: .failedPrerequisite)
+        )
+        formatVersion = try container.decode(Int.self, forKey: .formatVersion)
+    }
+
+    /// Records are equal when every field is; ``formatVersion`` says how the record was read or
+    /// will be written, not what it holds, and is not compared.
+    package static func == (lhs: OperationRecord, rhs: OperationRecord) -> Bool {
+        lhs.id == rhs.id && lhs.typeIdentifier == rhs.typeIdentifier && lhs.payload == rhs.payload
+            && lhs.priority == rhs.priority && lhs.enqueueSequence == rhs.enqueueSequence
+            && lhs.enqueuedAt == rhs.enqueuedAt && lhs.notBefore == rhs.notBefore && lhs.tags == rhs.tags
+            && lhs.uniqueKey == rhs.uniqueKey && lhs.numberOfRetries == rhs.numberOfRetries
+            && lhs.numberOfAttempts == rhs.numberOfAttempts && lhs.nextAttemptAt == rhs.nextAttemptAt
+            && lhs.attemptsInFlight == rhs.attemptsInFlight && lhs.lastErrorDescription == rhs.lastErrorDescription
+            && lhs.failureReason == rhs.failureReason && lhs.prerequisites == rhs.prerequisites
+            && lhs.batchID == rhs.batchID && lhs.failedPrerequisite == rhs.failedPrerequisite
+    }
+
+    /// The lowest format version that holds every field of the record: 2 when it has
+    /// prerequisites, a batch or a failed prerequisite, 1 otherwise.
+    package var requiredFormatVersion: Int {
+        prerequisites.isEmpty && batchID == nil && failedPrerequisite == nil ? 1 : 2
     }
 
     /// When the operation may next start: the later of its not-before and next-attempt

@@ -7,7 +7,7 @@ import Foundation
 //
 //     offset  size  field
 //     0       8     magic: 0x89 'O' 'P' 'R' 0x0D 0x0A 0x1A 0x0A
-//     8       2     format version, big-endian (1)
+//     8       2     format version, big-endian (1 or 2; see `OperationRecord` for what 2 adds)
 //     10      2     reserved, must be 0
 //     12      4     body length in bytes, big-endian; must equal file size - 20
 //     16      4     CRC-32 (IEEE, as zlib) of the body, big-endian
@@ -58,7 +58,11 @@ package enum RecordFormat {
     /// - Throws: ``PersistenceError/Code/recordTooLarge`` when the file would exceed
     ///   `maximumSize`, ``PersistenceError/Code/payloadDoesNotRoundTrip`` when a field would
     ///   not read back equal.
+    /// The record is written in its ``OperationRecord/requiredFormatVersion``, whatever its
+    /// ``OperationRecord/formatVersion`` says.
     package static func encode(_ record: OperationRecord, maximumSize: Int = defaultMaximumRecordSize) throws -> Data {
+        var record = record
+        record.formatVersion = record.requiredFormatVersion
         guard OperationRecord.isValidIdentifier(record.id) else {
             throw PersistenceError(.corruptRecord, "Record identifier \"\(record.id)\" is not a library-generated UUID.")
         }
@@ -72,7 +76,7 @@ package enum RecordFormat {
         }
         var file = Data(capacity: size)
         file.append(contentsOf: magic)
-        appendBigEndian(UInt64(OperationRecord.currentFormatVersion), width: 2, to: &file)
+        appendBigEndian(UInt64(record.formatVersion), width: 2, to: &file)
         appendBigEndian(0, width: 2, to: &file)
         appendBigEndian(UInt64(body.count), width: 4, to: &file)
         appendBigEndian(UInt64(CRC32.checksum(of: body)), width: 4, to: &file)
@@ -99,11 +103,11 @@ package enum RecordFormat {
         guard file.count >= magic.count + 2 else { throw corrupt("file too short for a record header") }
         guard file.prefix(magic.count).elementsEqual(magic) else { throw corrupt("wrong magic bytes") }
         let version = readBigEndian(file, at: 8, width: 2)
-        guard version == UInt64(OperationRecord.currentFormatVersion) else {
+        guard OperationRecord.readableFormatVersions.contains(Int(version)) else {
             if version == 0 { throw corrupt("format version 0 does not exist") }
             throw PersistenceError(
                 .unsupportedFormatVersion,
-                "The record was written in format version \(version); this library reads version \(OperationRecord.currentFormatVersion) only. Open the store with a newer version of the library."
+                "The record was written in format version \(version); this library reads versions \(OperationRecord.readableFormatVersions.lowerBound) to \(OperationRecord.currentFormatVersion) only. Open the store with a newer version of the library."
             )
         }
         guard file.count >= headerSize else { throw corrupt("file too short for a record header") }
@@ -122,7 +126,7 @@ package enum RecordFormat {
         } catch {
             throw corrupt("invalid property list body: \(error.reason)")
         }
-        return try OperationRecord(propertyListValue: value)
+        return try OperationRecord(propertyListValue: value, headerVersion: Int(version))
     }
 
     // MARK: Payloads
