@@ -60,6 +60,60 @@ package struct DurableFile: Sendable {
         }
     }
 
+    /// Writes several files like ``replaceContents(of:with:synchronizes:)``, sharing one
+    /// file-system sync among them: every temporary file is written, then (where the file
+    /// system offers it) one `syncfs(2)` flushes them all before each file's own, now cheap,
+    /// sync reports its errors, then each is renamed into place in order.
+    ///
+    /// On failure the files already renamed are named in the error's `renamed` list, so the
+    /// caller can take them back; no temporary file is left behind.
+    ///
+    /// - Throws: ``BatchWriteError`` wrapping the ``SystemCallError`` that failed.
+    package func replaceContents(ofAll files: [(path: String, bytes: Data)]) throws {
+        var temporaries: [(path: String, descriptor: Int32?)] = []
+        var renamed: [String] = []
+        do {
+            for file in files {
+                let directory = (file.path as NSString).deletingLastPathComponent
+                let name = (file.path as NSString).lastPathComponent
+                let (temporaryPath, descriptor) = try createTemporaryFile(in: directory, for: name)
+                temporaries.append((temporaryPath, descriptor))
+                try fileSystem.setPermissions(descriptor, Self.filePermissions)
+                try writeAll(file.bytes, to: descriptor)
+            }
+            if files.count > 1, let synchronizeFileSystem = fileSystem.synchronizeFileSystem, let first = temporaries.first?.descriptor {
+                // Not reported: each file's own sync below is the one that counts.
+                try? synchronizeFileSystem(first)
+            }
+            for index in temporaries.indices {
+                guard let descriptor = temporaries[index].descriptor else { continue }
+                try fileSystem.synchronize(descriptor)
+                temporaries[index].descriptor = nil
+                try fileSystem.close(descriptor)
+            }
+            for (index, file) in files.enumerated() {
+                try fileSystem.rename(temporaries[index].path, file.path)
+                renamed.append(file.path)
+            }
+        } catch {
+            for temporary in temporaries {
+                if let descriptor = temporary.descriptor { try? fileSystem.close(descriptor) }
+            }
+            for temporary in temporaries.dropFirst(renamed.count) {
+                try? fileSystem.unlink(temporary.path)
+            }
+            throw BatchWriteError(renamed: renamed, underlyingError: error)
+        }
+    }
+
+    /// The failure of ``replaceContents(ofAll:)``.
+    package struct BatchWriteError: Error {
+        /// The destination paths that were renamed into place before the failure.
+        package var renamed: [String]
+        /// What failed.
+        package var underlyingError: any Error
+    }
+
     /// The outcome of ``read(_:maximumSize:)``.
     package enum ReadResult: Sendable, Equatable {
         /// The whole file.

@@ -5,7 +5,8 @@ extension RecordStore {
     /// as stored there.
     ///
     /// The record keeps its identifier, payload, priority, enqueue sequence, tags and attempt
-    /// count; its failure reason, retry count, next-attempt date and in-flight count are reset.
+    /// count and prerequisites; its failure reason, failed prerequisite, retry count,
+    /// next-attempt date and in-flight count are reset.
     /// It is rewritten in the failed area first and then renamed, so a crash in between leaves
     /// a failed record without a reason, which the next ``loadFailed()`` moves on.
     ///
@@ -21,6 +22,7 @@ extension RecordStore {
             )
         }
         record.failureReason = nil
+        record.failedPrerequisite = nil
         record.numberOfRetries = 0
         record.nextAttemptAt = nil
         record.attemptsInFlight = 0

@@ -189,18 +189,23 @@ package final class RecordStore: Sendable {
     /// guarantee allows that, and not waiting for a directory sync here roughly halves the
     /// disk syncs of an operation's lifecycle (add, run, remove).
     ///
+    /// With `synchronizes`, the directory is synced before this returns, so the removal
+    /// survives a power cut too (a dependent cancelled with its prerequisite is removed so, before
+    /// the prerequisite's own record: a dependent must never outlive it on disk).
+    ///
     /// - Throws: ``PersistenceError/Code/recordNotFound``, ``PersistenceError/Code/writeFailed``.
-    package func removePending(id: String) throws {
+    package func removePending(id: String, synchronizes: Bool = false) throws {
         let change = try beginChange()
         defer { change.end() }
-        try remove(id, from: .pending, synchronizes: false)
+        try remove(id, from: .pending, synchronizes: synchronizes)
     }
 
     /// Moves a pending record to the failed area with `reason`, and returns it as stored there.
     ///
     /// The record is first rewritten in place with its ``OperationRecord/failureReason`` and
     /// then renamed, so a crash in between leaves a pending record that the next
-    /// ``loadPending()`` moves on.
+    /// ``loadPending()`` moves on. It leaves its batch: a failed record never depends on a
+    /// batch's commit marker (see ``addBatch(_:)``).
     package func moveToFailed(_ record: OperationRecord, reason: String) throws -> OperationRecord {
         let change = try beginChange()
         defer { change.end() }
@@ -208,6 +213,7 @@ package final class RecordStore: Sendable {
         var failed = record
         failed.failureReason = reason
         failed.nextAttemptAt = nil
+        failed.batchID = nil
         let bytes = try RecordFormat.encode(failed, maximumSize: configuration.maximumRecordSize)
         let path = try existingRecordPath(record.id, in: .pending)
         try writeDurably(bytes, to: path, area: .pending)

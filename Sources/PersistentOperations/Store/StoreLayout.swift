@@ -13,6 +13,8 @@ import Darwin
 /// <directory>/pending/<id>.record
 /// <directory>/failed/<id>.record
 /// <directory>/quarantine/<name> entries that failed verification, as they were found
+/// <directory>/attempts/<id>     markers of attempts in flight (crash-loop protection)
+/// <directory>/batches/<batch id>.batch  commit markers of `addOperations` batches
 /// ```
 package struct StoreLayout: Sendable {
     /// A subdirectory of the store.
@@ -26,12 +28,17 @@ package struct StoreLayout: Sendable {
         /// Markers of attempts in flight, for crash-loop protection (not synced: they only
         /// need to survive a process crash).
         case attempts
+        /// Commit markers of batches stored by `addOperations`: a record carrying a batch
+        /// identifier counts only while its batch's marker exists.
+        case batches
     }
 
     /// The permissions of every directory the store creates.
     package static let directoryPermissions: mode_t = 0o700
     /// The extension of record files.
     package static let recordExtension = "record"
+    /// The extension of batch commit markers.
+    package static let batchMarkerExtension = "batch"
     /// The suffix of the text file beside a quarantined entry that says why it is there.
     package static let reasonSuffix = ".reason"
 
@@ -58,6 +65,19 @@ package struct StoreLayout: Sendable {
     /// The path of the entry called `name` in `area`.
     package func path(ofEntry name: String, in area: Area) -> String {
         path(of: area) + "/" + name
+    }
+
+    /// The path of the commit marker of batch `batchID`.
+    package func path(ofBatchMarker batchID: String) -> String {
+        path(of: .batches) + "/" + batchID + "." + Self.batchMarkerExtension
+    }
+
+    /// The batch identifier a file name stands for, when it is `<UUID>.batch`.
+    package static func batchIdentifier(fromFileName name: String) -> String? {
+        let suffix = "." + batchMarkerExtension
+        guard name.hasSuffix(suffix) else { return nil }
+        let id = String(name.dropLast(suffix.count))
+        return OperationRecord.isValidIdentifier(id) ? id : nil
     }
 
     /// The path of the lock file.
