@@ -52,6 +52,14 @@ public struct PersistenceError: Error, CustomStringConvertible, Sendable {
         public static let recordNotFound = Code("recordNotFound")
         /// The store was opened read-only, or has been closed.
         public static let storeNotWritable = Code("storeNotWritable")
+        /// An operation's dependencies cannot be stored: it depends on itself, on an operation
+        /// this queue does not store, or (in ``PersistentOperationQueue/addOperations(_:)``) the
+        /// batch's dependencies form a cycle.
+        public static let invalidDependency = Code("invalidDependency")
+        /// An operation depends on one that failed for good or was cancelled, so it will never
+        /// run: the error of an add that names such a prerequisite, and the outcome of a
+        /// dependent `RetryingOperation` whose prerequisite failed.
+        public static let prerequisiteFailed = Code("prerequisiteFailed")
     }
 
     /// The kind of failure.

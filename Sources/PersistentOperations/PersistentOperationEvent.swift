@@ -34,6 +34,14 @@ public enum PersistentOperationEvent: Sendable, Hashable {
     case failed(PersistentOperationID, reason: String)
     /// The operation was cancelled; its record was removed.
     case cancelled(PersistentOperationID)
+    /// The operation waits for `prerequisites` (the ones not finished yet) to succeed before
+    /// its first attempt.
+    case blocked(PersistentOperationID, prerequisites: [PersistentOperationID])
+    /// Every prerequisite of the operation succeeded; it is scheduled now.
+    case unblocked(PersistentOperationID)
+    /// The operation will never run because `prerequisite` failed for good or was cancelled
+    /// (or could not be read); a ``failed(_:reason:)`` or ``cancelled(_:)`` event for it follows.
+    case abandoned(PersistentOperationID, prerequisite: PersistentOperationID)
     /// A stored entry could not be used and was moved to the quarantine area.
     case quarantined(entryName: String, reason: String)
     /// A stored record names a type that was never registered; it stays on disk untouched.

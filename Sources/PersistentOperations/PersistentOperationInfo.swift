@@ -18,6 +18,9 @@ public struct PersistentOperationInfo: Sendable {
         case running
         /// Between attempts, waiting for a retry.
         case waitingToRetry
+        /// Waiting for its ``PersistentOperationInfo/prerequisites`` to succeed; it holds no
+        /// slot and no timer.
+        case waitingForPrerequisites
     }
 
     /// The identifier of the operation's record.
@@ -45,6 +48,14 @@ public struct PersistentOperationInfo: Sendable {
     public var numberOfAttempts: Int
     /// When the next attempt is due, while waiting on a timer.
     public var nextAttemptAt: Date?
+    /// The operations that must succeed before this one starts, as it was added with them
+    /// (`b.addDependency(a)`); those that already succeeded are still listed.
+    public var prerequisites: [PersistentOperationID] = []
+    /// The prerequisites still unfinished; the operation is
+    /// ``State-swift.enum/waitingForPrerequisites`` while this is not empty.
+    public var unfinishedPrerequisites: [PersistentOperationID] = []
+    /// The unfinished operations of the queue that wait for this one.
+    public var dependents: [PersistentOperationID] = []
 }
 
 /// A record of the failed (dead-letter) area of a ``PersistentOperationQueue``.
@@ -70,6 +81,11 @@ public struct FailedOperationInfo: Sendable, Hashable {
     public var tags: Set<String>
     /// When it was first added.
     public var enqueuedAt: Date
+    /// The operations it was added to wait for.
+    public var prerequisites: [PersistentOperationID] = []
+    /// The prerequisite whose failure failed this operation, when that is why it is here;
+    /// re-queueing that prerequisite re-queues this one too.
+    public var failedPrerequisite: PersistentOperationID?
 }
 
 /// How many operations a ``PersistentOperationQueue`` holds, by state.
@@ -79,8 +95,9 @@ public struct FailedOperationInfo: Sendable, Hashable {
 /// badge.value = counts.pending
 /// ```
 public struct PersistentQueueCounts: Sendable, Hashable {
-    /// Operations not finished: ``scheduled`` + ``queued`` + ``running`` + ``waitingToRetry``.
-    public var pending: Int { scheduled + queued + running + waitingToRetry }
+    /// Operations not finished: ``scheduled`` + ``queued`` + ``running`` + ``waitingToRetry``
+    /// + ``waitingForPrerequisites``.
+    public var pending: Int { scheduled + queued + running + waitingToRetry + waitingForPrerequisites }
     /// Waiting for their not-before or next-attempt date.
     public var scheduled = 0
     /// Due and waiting for a slot in the `OperationQueue`.
@@ -89,6 +106,8 @@ public struct PersistentQueueCounts: Sendable, Hashable {
     public var running = 0
     /// Between attempts.
     public var waitingToRetry = 0
+    /// Waiting for prerequisites to succeed.
+    public var waitingForPrerequisites = 0
     /// Records in the failed area.
     public var failed = 0
     /// Entries in the quarantine area.

@@ -82,6 +82,7 @@ extension PersistentOperationQueue {
                 case .queued: counts.queued += 1
                 case .running: counts.running += 1
                 case .waitingToRetry: counts.waitingToRetry += 1
+                case .waitingForPrerequisites: counts.waitingForPrerequisites += 1
                 }
             }
             counts.unknownType = state.unknownTypeRecords.count
@@ -92,7 +93,15 @@ extension PersistentOperationQueue {
     }
 
     private func snapshot(where isIncluded: (Entry) -> Bool) -> [PersistentOperationInfo] {
-        let entries = state.withLock { $0.entries.values.filter(isIncluded) }
+        let (entries, graph) = state.withLock { state -> ([Entry], [String: (unfinished: [PersistentOperationID], dependents: [PersistentOperationID])]) in
+            let entries = state.entries.values.filter(isIncluded)
+            var graph: [String: (unfinished: [PersistentOperationID], dependents: [PersistentOperationID])] = [:]
+            for entry in entries where !entry.record.prerequisites.isEmpty || state.dependents[entry.record.id] != nil {
+                let dependents = (state.dependents[entry.record.id] ?? []).filter { state.entries[$0] != nil }
+                graph[entry.record.id] = (unfinishedPrerequisites(of: entry.record, in: state), dependents.map(PersistentOperationID.init(record:)))
+            }
+            return (entries, graph)
+        }
         return entries
             .sorted { OperationRecord.runsBefore($0.record, $1.record) }
             .compactMap { entry in
@@ -112,7 +121,10 @@ extension PersistentOperationQueue {
                     notBefore: record.notBefore,
                     numberOfRetries: record.numberOfRetries,
                     numberOfAttempts: record.numberOfAttempts,
-                    nextAttemptAt: record.nextAttemptAt
+                    nextAttemptAt: record.nextAttemptAt,
+                    prerequisites: record.prerequisites.map(PersistentOperationID.init(record:)),
+                    unfinishedPrerequisites: graph[record.id]?.unfinished ?? [],
+                    dependents: graph[record.id]?.dependents ?? []
                 )
             }
     }
@@ -191,7 +203,9 @@ extension PersistentOperationQueue {
                 numberOfRetries: record.numberOfRetries,
                 numberOfAttempts: record.numberOfAttempts,
                 tags: Set(record.tags),
-                enqueuedAt: record.enqueuedAt
+                enqueuedAt: record.enqueuedAt,
+                prerequisites: record.prerequisites.map(PersistentOperationID.init(record:)),
+                failedPrerequisite: record.failedPrerequisite.map(PersistentOperationID.init(record:))
             )
         }
     }
@@ -199,6 +213,10 @@ extension PersistentOperationQueue {
     /// Moves a failed record back to the pending area with a fresh retry budget and
     /// schedules it. A `RetryingOperation` that had made attempts is started with
     /// `isRetry: true`.
+    ///
+    /// The operations that failed *because* this one failed (its dependents, and theirs) are
+    /// re-queued with it, still waiting for it: they run once it succeeds. A re-queued
+    /// operation whose other prerequisites are still in the failed area fails again at once.
     ///
     /// ```swift
     /// try queue.retryFailedOperation(withID: failed.id)
@@ -208,14 +226,33 @@ extension PersistentOperationQueue {
     ///   record, and write errors.
     public func retryFailedOperation(withID id: PersistentOperationID) throws {
         try checkOpen()
+        graphLock.lock()
+        defer { graphLock.unlock() }
         failedAreaLock.lock()
         defer { failedAreaLock.unlock() }
-        let record = try store.requeueFailed(id: id.rawValue)
-        schedule(requeued: [record])
+        // Dependents first, deepest first: a crash halfway leaves dependents pending while
+        // their prerequisite is still failed, and the next restore fails them again.
+        var dependentsByCause: [String: [String]] = [:]
+        for record in try store.loadFailed().records {
+            if let cause = record.failedPrerequisite { dependentsByCause[cause, default: []].append(record.id) }
+        }
+        var order = [id.rawValue]
+        var index = 0
+        while index < order.count {
+            order += dependentsByCause[order[index]] ?? []
+            index += 1
+        }
+        var records: [OperationRecord] = []
+        for member in order.dropFirst().reversed() {
+            records.append(try store.requeueFailed(id: member))
+        }
+        records.append(try store.requeueFailed(id: id.rawValue))
+        schedule(requeued: records.sorted(by: OperationRecord.runsBefore))
     }
 
     /// Moves every failed record back to the pending area with a fresh retry budget,
-    /// schedules them, and returns their identifiers in run order.
+    /// schedules them, and returns their identifiers in run order. Dependencies among them
+    /// hold again: a dependent waits for its re-queued prerequisite.
     ///
     /// ```swift
     /// let requeued = try queue.retryAllFailedOperations()
@@ -223,6 +260,8 @@ extension PersistentOperationQueue {
     @discardableResult
     public func retryAllFailedOperations() throws -> [PersistentOperationID] {
         try checkOpen()
+        graphLock.lock()
+        defer { graphLock.unlock() }
         failedAreaLock.lock()
         defer { failedAreaLock.unlock() }
         let records = try store.requeueAllFailed()
@@ -255,14 +294,28 @@ extension PersistentOperationQueue {
         return try store.purgeAllFailed()
     }
 
+    /// Tracks re-queued records like restored ones (built when due), then links them to
+    /// their prerequisites and schedules them. Called with `graphLock` held.
     private func schedule(requeued records: [OperationRecord]) {
         var report = RestoreReport()
+        var requeued: [RestoredRecord] = []
         for record in records {
             // Built when due, like a restored record (its retry count was reset by the requeue).
             guard isRebuildable(record, report: &report) else { continue }
             hub.emit(.enqueued(PersistentOperationID(record: record.id), typeIdentifier: record.typeIdentifier))
             trackRestored(record, attemptsInFlight: 0)
-            schedule(record.id, due: record.dueDate)
+            requeued.append(RestoredRecord(
+                id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate,
+                prerequisites: record.prerequisites
+            ))
+        }
+        // A prerequisite still in the failed area fails its re-queued dependents again.
+        requeued = (try? settlePrerequisites(of: requeued, unavailable: [], quarantined: [], cancelled: [], report: &report)) ?? requeued
+        let ended = state.withLock { state in
+            requeued.map { link($0.id, to: $0.prerequisites, in: &state) }
+        }
+        for (record, ended) in zip(requeued, ended) {
+            scheduleLinked(record.id, due: record.due, ended: ended)
         }
     }
 }

@@ -21,8 +21,13 @@ import Foundation
 /// unbounded queue) waits in the queue's own ready list, in priority then enqueue order, and
 /// gets a slot as one frees up. Cancelling the placeholders in the `OperationQueue` (its
 /// `cancelAllOperations()`) does not cancel stored operations — they get new slots; use
-/// ``cancelAllOperations()`` of this queue. Dependencies between stored operations are not
-/// saved: express order with priorities.
+/// ``cancelAllOperations()`` of this queue.
+///
+/// **Dependencies are saved.** `b.addDependency(a)` before adding `b`, for an `a` of this
+/// queue, is stored with `b`'s record: `b` starts only after `a` has succeeded, in this launch
+/// or an earlier one, and waits without a slot or a timer. If `a` fails for good, `b` fails
+/// too; if `a` is cancelled, so is `b`. ``addOperations(_:)`` stores a batch all or none. See
+/// <doc:OperationGraphs>.
 ///
 /// **Restored operations are built when due.** ``restore()`` checks every record (its
 /// payload is decoded) but builds a restored operation only when its first attempt starts,
@@ -65,6 +70,17 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         var slotsInQueue = 0
         /// Due operations waiting for room in the `OperationQueue`, first to run first.
         var ready = Heap<ReadySlot>(by: { $0.order < $1.order })
+        /// For each unfinished prerequisite, the entries blocked on it (see `+Graph`).
+        var dependents: [String: [String]] = [:]
+        /// Live operations this queue tracked that have finished, and how, for dependents
+        /// added later (see `+Graph`).
+        var finishedOperations: [ObjectIdentifier: FinishedOperation] = [:]
+        var finishedOperationsPruneThreshold = 64
+        /// Tracked entries per batch whose records still carry its identifier.
+        var batchMembers: [String: Int] = [:]
+        /// Batches being written by `addOperations`: their records are on disk before their
+        /// commit marker, and `restore()` must not take them for an interrupted batch.
+        var batchesInProgress: Set<String> = []
     }
 
     /// The queue the attempts run in.
@@ -86,6 +102,11 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     let failedAreaLock = NSLock()
     /// Signalled whenever an operation leaves the queue.
     let finishedCondition = NSCondition()
+    /// Serialises changes to the operation graph that must not interleave: an add whose
+    /// operation has prerequisites (from resolving them to linking the new entry), the end of
+    /// an operation that fails or is cancelled (with its dependents), restoring, and
+    /// re-queueing failed records. Taken before `failedAreaLock` and `uniqueKeyLock`.
+    let graphLock = NSLock()
 
     /// Opens (creating it if needed, mode 0700) the store at `directory` and takes its lock.
     ///
@@ -159,14 +180,24 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// synced) and survives a crash; concurrent adds share directory syncs. Nothing runs
     /// before its record is durable.
     ///
+    /// Dependencies work as in an `OperationQueue`: call `addDependency(_:)` before adding,
+    /// naming operations already added to this queue. They are saved with the record, and the
+    /// operation starts only once each of them has *succeeded* — in this launch or an earlier
+    /// one. See <doc:OperationGraphs>.
+    ///
     /// ```swift
-    /// try queue.addOperation(UploadOperation(payload: upload))
+    /// try queue.addOperation(album)
+    /// upload.addDependency(album)
+    /// try queue.addOperation(upload)              // starts once `album` has succeeded
     /// ```
     ///
     /// - Throws: ``PersistenceError``: ``PersistenceError/Code/unknownType`` when the type
     ///   was not registered, ``PersistenceError/Code/payloadNotEncodable`` /
     ///   ``PersistenceError/Code/payloadDoesNotRoundTrip`` / ``PersistenceError/Code/recordTooLarge``
-    ///   when the payload cannot be stored exactly, ``PersistenceError/Code/writeFailed`` /
+    ///   when the payload cannot be stored exactly, ``PersistenceError/Code/invalidDependency``
+    ///   when a dependency is not an operation of this queue (or is the operation itself),
+    ///   ``PersistenceError/Code/prerequisiteFailed`` when one already failed for good or was
+    ///   cancelled, ``PersistenceError/Code/writeFailed`` /
     ///   ``PersistenceError/Code/directoryUnavailable`` when the disk fails. After an error
     ///   nothing was stored and the operation will not run.
     public func addOperation<Op: PersistentOperation>(_ operation: Op) throws {
@@ -189,56 +220,93 @@ public final class PersistentOperationQueue: @unchecked Sendable {
             "An operation can be added to a PersistentOperationQueue only once, before it starts"
         )
         let typeIdentifier = Op.persistenceIdentifier
-        guard state.withLock({ $0.registry[typeIdentifier] != nil }) else {
-            throw PersistenceError(
-                .unknownType,
-                "\(Op.self) (\"\(typeIdentifier)\") is not registered; call register(\(Op.self).self) before adding it, so that it can be restored."
-            )
-        }
+        try checkRegistered(typeIdentifier, of: Op.self)
         try checkOpen()
         let payload = try RecordFormat.encodePayload(operation.payload)
 
-        guard let uniqueKey = options.uniqueKey else {
-            let id = try store(operation, payload: payload, options: options)
-            return EnqueueResult(id: id, disposition: .added)
+        // An operation with dependencies is resolved, stored and linked under `graphLock`, so
+        // that no prerequisite ends unseen in between. A replaced operation is cancelled only
+        // after that lock is let go (its end takes the lock to settle its own dependents).
+        var replaced: String?
+        let result = try withGraphLock(if: !operation.dependencies.isEmpty) { () throws -> EnqueueResult in
+            let prerequisites = operation.dependencies.isEmpty ? ResolvedPrerequisites() : try resolvePrerequisites(of: operation)
+            guard let uniqueKey = options.uniqueKey else {
+                let id = try store(operation, payload: payload, options: options, prerequisites: prerequisites)
+                return EnqueueResult(id: id, disposition: .added)
+            }
+            uniqueKeyLock.lock()
+            defer { uniqueKeyLock.unlock() }
+            let existing = state.withLock { state in
+                state.entries.first { !$0.value.isCancelRequested && $0.value.ending == nil && $0.value.record.uniqueKey == uniqueKey }?.key
+            }
+            guard let existing else {
+                let id = try store(operation, payload: payload, options: options, prerequisites: prerequisites)
+                return EnqueueResult(id: id, disposition: .added)
+            }
+            switch options.ifUniqueKeyExists {
+            case .keepExisting:
+                return EnqueueResult(id: PersistentOperationID(record: existing), disposition: .keptExisting)
+            case .replaceExisting:
+                // The new record is durable before the old one is cancelled: a crash in between
+                // leaves both, and restore keeps only the newer.
+                let id = try store(operation, payload: payload, options: options, prerequisites: prerequisites)
+                state.withLock { $0.entries[existing]?.isCancelRequested = true }
+                replaced = existing
+                return EnqueueResult(id: id, disposition: .replaced(PersistentOperationID(record: existing)))
+            }
         }
-        uniqueKeyLock.lock()
-        defer { uniqueKeyLock.unlock() }
-        let existing = state.withLock { state in
-            state.entries.first { !$0.value.isCancelRequested && $0.value.record.uniqueKey == uniqueKey }?.key
-        }
-        guard let existing else {
-            let id = try store(operation, payload: payload, options: options)
-            return EnqueueResult(id: id, disposition: .added)
-        }
-        switch options.ifUniqueKeyExists {
-        case .keepExisting:
-            return EnqueueResult(id: PersistentOperationID(record: existing), disposition: .keptExisting)
-        case .replaceExisting:
-            // The new record is durable before the old one is cancelled: a crash in between
-            // leaves both, and restore keeps only the newer.
-            let id = try store(operation, payload: payload, options: options)
-            cancel(existing)
-            return EnqueueResult(id: id, disposition: .replaced(PersistentOperationID(record: existing)))
+        if let replaced { cancel(replaced) }
+        return result
+    }
+
+    /// Runs `body` holding `graphLock` when `isNeeded`.
+    func withGraphLock<T>(if isNeeded: Bool, _ body: () throws -> T) rethrows -> T {
+        guard isNeeded else { return try body() }
+        graphLock.lock()
+        defer { graphLock.unlock() }
+        return try body()
+    }
+
+    func checkRegistered(_ typeIdentifier: String, of type: Operation.Type) throws {
+        guard state.withLock({ $0.registry[typeIdentifier] != nil }) else {
+            throw PersistenceError(
+                .unknownType,
+                "\(type) (\"\(typeIdentifier)\") is not registered; call register(\(type).self) before adding it, so that it can be restored."
+            )
         }
     }
 
     /// Writes the record and starts tracking the operation.
-    private func store<Op: PersistentOperation>(_ operation: Op, payload: Data, options: EnqueueOptions) throws -> PersistentOperationID {
-        let record = OperationRecord(
-            typeIdentifier: Op.persistenceIdentifier,
+    private func store<Op: PersistentOperation>(
+        _ operation: Op, payload: Data, options: EnqueueOptions, prerequisites: ResolvedPrerequisites
+    ) throws -> PersistentOperationID {
+        let record = makeRecord(
+            id: UUID().uuidString, typeIdentifier: Op.persistenceIdentifier, payload: payload,
+            priority: operation.queuePriority, options: options, prerequisites: prerequisites.ids
+        )
+        try store.add(record)
+        hub.emit(.enqueued(PersistentOperationID(record: record.id), typeIdentifier: record.typeIdentifier))
+        track([(operation, record, prerequisites.liveIDs)])
+        return PersistentOperationID(record: record.id)
+    }
+
+    func makeRecord(
+        id: String, typeIdentifier: String, payload: Data, priority: Operation.QueuePriority,
+        options: EnqueueOptions, prerequisites: [String], batchID: String? = nil
+    ) -> OperationRecord {
+        OperationRecord(
+            id: id,
+            typeIdentifier: typeIdentifier,
             payload: payload,
-            priority: operation.queuePriority.rawValue,
+            priority: priority.rawValue,
             enqueueSequence: store.nextEnqueueSequence(),
             enqueuedAt: timer.now,
             notBefore: options.notBefore,
             tags: options.tags.sorted(),
-            uniqueKey: options.uniqueKey
+            uniqueKey: options.uniqueKey,
+            prerequisites: prerequisites,
+            batchID: batchID
         )
-        try store.add(record)
-        hub.emit(.enqueued(PersistentOperationID(record: record.id), typeIdentifier: record.typeIdentifier))
-        track(operation, record: record, attemptsInFlight: 0)
-        return PersistentOperationID(record: record.id)
     }
 
     // MARK: - Waiting

@@ -37,6 +37,16 @@ public struct RestoreReport: Sendable, Hashable {
     /// Pending records that replaced an older record with the same unique key (a crash had
     /// interrupted the replacement); the older record was removed.
     public var removedAsReplaced: [PersistentOperationID] = []
+    /// Records of an ``PersistentOperationQueue/addOperations(_:)`` batch that a crash
+    /// interrupted before the batch was committed (the call never returned): removed, so that
+    /// a batch is restored whole or not at all.
+    public var discardedFromUncommittedBatches: [PersistentOperationID] = []
+    /// Operations whose prerequisite is in the failed area (or was quarantined): moved to the
+    /// failed area too, with the prerequisite named (see ``PersistentOperationEvent/abandoned(_:prerequisite:)``).
+    public var failedWithTheirPrerequisites: [PersistentOperationID] = []
+    /// Operations waiting for a prerequisite that cannot run in this launch (its type is not
+    /// registered, or a newer library wrote it): kept on disk untouched, like it.
+    public var heldForUnavailablePrerequisites: [PersistentOperationID] = []
 
     public init() {}
 }

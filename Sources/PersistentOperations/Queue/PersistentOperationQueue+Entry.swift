@@ -11,6 +11,9 @@ import Foundation
 //                                                           ▼
 //                                           finished: record removed / moved to failed
 //
+//   blocked ──every prerequisite succeeded──▶ scheduled …
+//   (waits for its prerequisites: no timer, no slot; see `+Graph`)
+//
 // At most `slotWindow()` slots sit in the OperationQueue at a time; due work beyond that waits
 // in `State.ready`, a heap in run order, and gets a slot as one leaves. A restored operation is
 // built from its record only when its first attempt starts (or when a query asks for it), so
@@ -34,6 +37,15 @@ extension PersistentOperationQueue {
             case running(AttemptSlot?)
             /// A `RetryingOperation` between attempts.
             case waitingToRetry
+            /// Waiting for prerequisites to succeed: in no timer, heap or slot.
+            case blocked
+        }
+
+        /// How an operation ended, as far as its dependents are concerned.
+        enum Ending: Sendable {
+            case succeeded
+            case failed
+            case cancelled
         }
 
         var record: OperationRecord
@@ -47,6 +59,18 @@ extension PersistentOperationQueue {
         var isCancelRequested = false
         /// The call that starts a due retry attempt, once its slot starts.
         var pendingAdmission: (@Sendable () -> Void)?
+        /// Prerequisites that have not succeeded yet; the entry is `blocked` while any remain.
+        var remainingPrerequisites = 0
+        /// Set once the operation's end is being processed; a dependent linked to it from then
+        /// on follows it at once.
+        var ending: Ending?
+        /// The record was already removed or moved because a prerequisite failed or was
+        /// cancelled; the operation's own finish only makes the queue forget it.
+        var isRecordSettled = false
+        /// Live dependents whose Foundation `dependencies` name this operation: kept alive until
+        /// it has finished, because Foundation's `Operation` keeps only an unretained reference
+        /// to them and touches it when this one finishes.
+        var heldDependents: [Operation] = []
 
         /// The state reported to users: a due retry queued for a slot still counts as
         /// waiting to retry.
@@ -56,10 +80,10 @@ extension PersistentOperationQueue {
             case .ready, .queued: return pendingAdmission == nil ? .queued : .waitingToRetry
             case .running: return .running
             case .waitingToRetry: return .waitingToRetry
+            case .blocked: return .waitingForPrerequisites
             }
         }
     }
-
 
     /// A due operation waiting for room in the `OperationQueue`.
     struct ReadySlot: Sendable {

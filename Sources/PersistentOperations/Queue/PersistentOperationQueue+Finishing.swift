@@ -5,63 +5,142 @@ import Foundation
 // finishes it at once.
 
 extension PersistentOperationQueue {
-    /// Removes or moves the record of a finished operation, then forgets it.
+    /// Removes or moves the record of a finished operation, then forgets it; a failure or a
+    /// cancellation takes the operation's dependents with it (see `+Graph`).
     func operationFinished(_ id: String, outcome: RetryingOperation.Outcome) {
-        guard let record = state.withLock({ $0.entries[id]?.record }) else { return }
+        guard let (record, isSettled) = state.withLock({ state in state.entries[id].map { ($0.record, $0.isRecordSettled) } }) else { return }
+        if isSettled {
+            // Abandoned with a prerequisite: its record was dealt with then.
+            forget(id)
+            return
+        }
         let operationID = PersistentOperationID(record: id)
-        var isFailedAreaLocked = false
-        defer { if isFailedAreaLocked { failedAreaLock.unlock() } }
-        do {
-            switch outcome {
-            case .succeeded:
+        switch outcome {
+        case .succeeded:
+            state.withLock { _ = beginEnding(id, as: .succeeded, in: &$0) }
+            do {
                 try store.removePending(id: id)
                 hub.emit(.succeeded(operationID))
-            case .cancelled:
+            } catch {
+                reportStoreError(id, "could not save that the operation finished (\(outcome)); it runs again after a restore: \(error)")
+            }
+            store.clearAttemptsInFlight(forRecord: id)
+            forget(id, ending: .succeeded)
+        case .cancelled:
+            graphLock.lock()
+            let dependents = state.withLock { beginEnding(id, as: .cancelled, in: &$0) }
+            // The dependents' records go first: none may outlive this one on disk.
+            abandon(dependents, because: id, ending: .cancelled)
+            do {
                 try store.removePending(id: id)
                 hub.emit(.cancelled(operationID))
-            case .failed(let error):
-                // Held until `forget` below, so that no retry re-tracks the record meanwhile.
-                failedAreaLock.lock()
-                isFailedAreaLocked = true
+            } catch {
+                reportStoreError(id, "could not save that the operation finished (\(outcome)); it runs again after a restore: \(error)")
+            }
+            graphLock.unlock()
+            store.clearAttemptsInFlight(forRecord: id)
+            forget(id, ending: .cancelled)
+        case .failed(let error):
+            graphLock.lock()
+            // Held until `forget` below, so that no retry re-tracks the record meanwhile.
+            failedAreaLock.lock()
+            defer { failedAreaLock.unlock() }
+            let dependents = state.withLock { beginEnding(id, as: .failed, in: &$0) }
+            let reason = String(describing: error)
+            do {
                 var failed = record
-                failed.lastErrorDescription = String(describing: error)
-                let reason = String(describing: error)
+                failed.lastErrorDescription = reason
                 _ = try store.moveToFailed(failed, reason: reason)
                 hub.emit(.failed(operationID, reason: reason))
+            } catch {
+                reportStoreError(id, "could not save that the operation finished (\(outcome)); it runs again after a restore: \(error)")
             }
-        } catch {
-            reportStoreError(id, "could not save that the operation finished (\(outcome)); it runs again after a restore: \(error)")
+            abandon(dependents, because: id, ending: .failed, reason: reason)
+            graphLock.unlock()
+            store.clearAttemptsInFlight(forRecord: id)
+            forget(id, ending: .failed)
         }
-        store.clearAttemptsInFlight(forRecord: id)
-        forget(id)
     }
 
-    /// Stops tracking an operation and frees whatever slot it has.
-    func forget(_ id: String) {
-        let (slot, waiters) = state.withLock { state -> (AttemptSlot?, [CheckedContinuation<Void, Never>]) in
-            guard let entry = state.entries.removeValue(forKey: id) else { return (nil, []) }
+    /// Stops tracking an operation and frees whatever slot it has. With `ending`, remembers
+    /// how a live operation ended (for dependents added later), and after a success schedules
+    /// the dependents that waited only for it.
+    func forget(_ id: String, ending: Entry.Ending? = nil) {
+        struct Forgotten {
+            var slot: AttemptSlot?
+            var waiters: [CheckedContinuation<Void, Never>] = []
+            var unblocked: [(id: String, due: Date?)] = []
+            var emptyBatch: String?
+            var released: [Operation] = []
+        }
+        let forgotten = state.withLock { state -> Forgotten? in
+            guard let entry = state.entries.removeValue(forKey: id) else { return nil }
+            var forgotten = Forgotten()
             if let operation = entry.operation {
                 state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation))
+                if let ending { remember(operation, id: id, ending: ending, in: &state) }
+                forgotten.released.append(operation)
             }
-            var slot: AttemptSlot?
+            forgotten.released += entry.heldDependents
             switch entry.phase {
-            case .queued(let queued): slot = queued
-            case .running(let running): slot = running
+            case .queued(let queued): forgotten.slot = queued
+            case .running(let running): forgotten.slot = running
             case .scheduled(let token): token?.cancel()
-            case .ready, .waitingToRetry: break
+            case .ready, .waitingToRetry, .blocked: break
             }
-            guard state.entries.isEmpty else { return (slot, []) }
-            defer { state.emptyWaiters = [] }
-            return (slot, state.emptyWaiters)
+            for dependent in state.dependents.removeValue(forKey: id) ?? [] {
+                // Only a success leaves dependents here (a failure or cancellation took them).
+                guard var waiting = state.entries[dependent], waiting.ending == nil, case .blocked = waiting.phase else { continue }
+                waiting.remainingPrerequisites -= 1
+                if waiting.remainingPrerequisites == 0 {
+                    waiting.phase = .scheduled(nil)
+                    forgotten.unblocked.append((dependent, waiting.record.dueDate))
+                }
+                state.entries[dependent] = waiting
+            }
+            if let batch = entry.record.batchID, let members = state.batchMembers[batch] {
+                if members <= 1 {
+                    state.batchMembers.removeValue(forKey: batch)
+                    forgotten.emptyBatch = batch
+                } else {
+                    state.batchMembers[batch] = members - 1
+                }
+            }
+            if state.entries.isEmpty {
+                forgotten.waiters = state.emptyWaiters
+                state.emptyWaiters = []
+            }
+            return forgotten
         }
-        if let slot {
+        guard let forgotten else { return }
+        if let slot = forgotten.slot {
             if slot.isExecuting { slot.release() } else { slot.cancel() }
+        }
+        if let batch = forgotten.emptyBatch {
+            store.removeBatchMarker(batch)
+        }
+        for (dependent, due) in forgotten.unblocked {
+            hub.emit(.unblocked(PersistentOperationID(record: dependent)))
+            schedule(dependent, due: due)
         }
         finishedCondition.lock()
         finishedCondition.broadcast()
         finishedCondition.unlock()
-        for waiter in waiters {
+        for waiter in forgotten.waiters {
             waiter.resume()
+        }
+        // Operations (and the dependents they held) are released here, outside every lock:
+        // a deinit is user code.
+        _ = forgotten.released
+    }
+
+    /// Under the state lock: remembers how a live operation ended, pruning the entries of
+    /// operations that no longer exist once the table has doubled.
+    private func remember(_ operation: Operation, id: String, ending: Entry.Ending, in state: inout State) {
+        state.finishedOperations[ObjectIdentifier(operation)] = FinishedOperation(operation: operation, id: id, ending: ending)
+        if state.finishedOperations.count >= state.finishedOperationsPruneThreshold {
+            state.finishedOperations = state.finishedOperations.filter { $0.value.operation != nil }
+            state.finishedOperationsPruneThreshold = max(64, 2 * state.finishedOperations.count)
         }
     }
 
@@ -74,7 +153,8 @@ extension PersistentOperationQueue {
             case operation(Operation, token: (any ScheduledRetry)?, slot: AttemptSlot?, startsNow: Bool)
         }
         let target = state.withLock { state -> Target? in
-            guard var entry = state.entries[id] else { return nil }
+            // An operation already ending (abandoned with a prerequisite) needs nothing more.
+            guard var entry = state.entries[id], entry.ending == nil else { return nil }
             defer { state.entries[id] = entry }
             entry.isCancelRequested = true
             guard let operation = entry.operation else {
@@ -89,7 +169,7 @@ extension PersistentOperationQueue {
                 entry.hasStarted = true
                 entry.phase = .running(nil)
                 return .operation(operation, token: token, slot: nil, startsNow: true)
-            case .ready where !entry.hasStarted:
+            case .ready where !entry.hasStarted, .blocked where !entry.hasStarted:
                 entry.hasStarted = true
                 entry.phase = .running(nil)
                 return .operation(operation, token: nil, slot: nil, startsNow: true)

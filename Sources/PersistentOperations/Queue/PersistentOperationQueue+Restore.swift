@@ -34,7 +34,14 @@ extension PersistentOperationQueue {
     @discardableResult
     public func restore() throws -> RestoreReport {
         try checkOpen()
+        // No prerequisite may end, and no failed record be re-queued, while the graph of the
+        // restored records is resolved against the tracked ones.
+        graphLock.lock()
+        defer { graphLock.unlock() }
         let markers = store.attemptsInFlight()
+        let committedBatches = try store.committedBatches()
+        let batchesInProgress = state.withLock { $0.batchesInProgress }
+        var referencedBatches: Set<String> = []
         var report = RestoreReport()
         let (tracked, newestTrackedByKey) = state.withLock { state in
             var newest: [String: UInt64] = [:]
@@ -57,6 +64,14 @@ extension PersistentOperationQueue {
             state.withLock { $0.entries.reserveCapacity($0.entries.count + count) }
             restored.reserveCapacity(count)
         }) { record in
+            if let batch = record.batchID {
+                guard committedBatches.contains(batch) || batchesInProgress.contains(batch) else {
+                    // Its `addOperations` never returned: the batch counts whole or not at all.
+                    discardUncommitted(record, report: &report)
+                    return
+                }
+                referencedBatches.insert(batch)
+            }
             guard !tracked.contains(record.id) else { return }
             var record = record
             if let index = typeIdentifiers.firstIndex(of: record.typeIdentifier) {
@@ -99,13 +114,30 @@ extension PersistentOperationQueue {
         }
         keyed = []
 
+        for batch in committedBatches.subtracting(referencedBatches).subtracting(batchesInProgress) {
+            // Every record of the batch has finished: its marker has nothing left to commit.
+            store.removeBatchMarker(batch)
+        }
         restored.sort { $0.order < $1.order }
+        let unavailable = Set(
+            report.unknownTypes.map(\.id.rawValue)
+                + loaded.skipped.compactMap { StoreLayout.recordIdentifier(fromFileName: $0.name) }
+        )
+        let quarantinedIDs = Set(loaded.quarantined.compactMap { StoreLayout.recordIdentifier(fromFileName: $0.name) })
+        restored = try settlePrerequisites(
+            of: restored, unavailable: unavailable, quarantined: quarantinedIDs,
+            cancelled: Set(report.removedAsReplaced.map(\.rawValue)), report: &report
+        )
         report.restored = restored.map { PersistentOperationID(record: $0.id) }
         // Reported before any of them is scheduled, so each `restored` event comes before
         // the operation's first `started`.
         hub.emit(contentsOf: restored.map { .restored(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) })
-        for record in restored {
-            schedule(record.id, due: record.due)
+        // Every restored entry exists before any is linked, so prerequisites among them are found.
+        let ended = state.withLock { state in
+            restored.map { link($0.id, to: $0.prerequisites, in: &state) }
+        }
+        for (record, ended) in zip(restored, ended) {
+            scheduleLinked(record.id, due: record.due, ended: ended)
         }
         log(.info, "restored \(report.restored.count) operations; \(report.quarantined.count) quarantined, \(report.unknownTypes.count) of unknown types, \(report.movedToFailedAfterCrashes.count) moved to failed after crashes")
         return report
@@ -117,6 +149,18 @@ extension PersistentOperationQueue {
         var typeIdentifier: String
         var order: RunOrder
         var due: Date?
+        var prerequisites: [String]
+    }
+
+    /// Removes a record of a batch whose commit marker does not exist.
+    private func discardUncommitted(_ record: OperationRecord, report: inout RestoreReport) {
+        do {
+            try store.discardUncommittedRecord(id: record.id)
+            store.clearAttemptsInFlight(forRecord: record.id)
+            report.discardedFromUncommittedBatches.append(PersistentOperationID(record: record.id))
+        } catch {
+            reportStoreError(record.id, "could not remove a record of an interrupted batch; it was not run: \(error)")
+        }
     }
 
     /// Tracks one restored record, unless it crash-looped (moved to the failed area) or
@@ -141,7 +185,8 @@ extension PersistentOperationQueue {
         guard isRebuildable(record, report: &report) else { return }
         trackRestored(record, attemptsInFlight: inFlight)
         restored.append(RestoredRecord(
-            id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate
+            id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate,
+            prerequisites: record.prerequisites
         ))
     }
 
@@ -183,5 +228,124 @@ extension PersistentOperationQueue {
         } catch {
             reportStoreError(record.id, "could not quarantine a record whose payload does not decode; it was not run: \(error)")
         }
+    }
+}
+
+extension PersistentOperationQueue {
+    /// What becomes of a restored record because of its prerequisites.
+    private enum RestoredFate {
+        /// A prerequisite is in the failed area or was quarantined: the record fails too.
+        case fails(cause: String, reason: String)
+        /// A prerequisite was removed as replaced (cancelled): the record is removed too.
+        case cancelled(cause: String)
+        /// A prerequisite cannot run in this launch: the record stays on disk untouched.
+        case held
+
+        var precedence: Int {
+            switch self {
+            case .fails: return 3
+            case .cancelled: return 2
+            case .held: return 1
+            }
+        }
+    }
+
+    /// Settles the restored records whose prerequisites will never succeed in this launch (and,
+    /// transitively, what waits for them), and returns the others, in order. Called by
+    /// ``restore()`` with `graphLock` held, after every restored record is an entry.
+    ///
+    /// A prerequisite that is pending (restored now or tracked already) is waited for; one that
+    /// is nowhere succeeded earlier (a cancelled one takes its dependents' records with it
+    /// before its own, so it never looks the same).
+    func settlePrerequisites(
+        of restored: [RestoredRecord], unavailable: Set<String>, quarantined: Set<String>,
+        cancelled: Set<String>, report: inout RestoreReport
+    ) throws -> [RestoredRecord] {
+        guard restored.contains(where: { !$0.prerequisites.isEmpty }) else { return restored }
+        let failed = Set(try store.listArea(.failed).compactMap(StoreLayout.recordIdentifier(fromFileName:)))
+        let restoredIDs = Set(restored.map(\.id))
+        var dependents: [String: [String]] = [:]
+        var fates: [String: RestoredFate] = [:]
+        var work: [String] = []
+        for record in restored where !record.prerequisites.isEmpty {
+            for prerequisite in record.prerequisites where restoredIDs.contains(prerequisite) {
+                dependents[prerequisite, default: []].append(record.id)
+            }
+            let fate: RestoredFate?
+            if let cause = record.prerequisites.first(where: failed.contains) {
+                fate = .fails(cause: cause, reason: "prerequisite \(cause) failed for good")
+            } else if let cause = record.prerequisites.first(where: quarantined.contains) {
+                fate = .fails(cause: cause, reason: "prerequisite \(cause) could not be read and was quarantined")
+            } else if let cause = record.prerequisites.first(where: cancelled.contains) {
+                fate = .cancelled(cause: cause)
+            } else if record.prerequisites.contains(where: unavailable.contains) {
+                fate = .held
+            } else {
+                fate = nil
+            }
+            if let fate {
+                fates[record.id] = fate
+                work.append(record.id)
+            }
+        }
+        var index = 0
+        while index < work.count {
+            let id = work[index]
+            index += 1
+            let inherited: RestoredFate
+            switch fates[id]! {
+            case .fails: inherited = .fails(cause: id, reason: "prerequisite \(id) failed for good")
+            case .cancelled: inherited = .cancelled(cause: id)
+            case .held: inherited = .held
+            }
+            for dependent in dependents[id] ?? [] where inherited.precedence > (fates[dependent]?.precedence ?? 0) {
+                fates[dependent] = inherited
+                work.append(dependent)
+            }
+        }
+        guard !fates.isEmpty else { return restored }
+
+        // Failures in the order the fates spread (a prerequisite's record before its
+        // dependents'), cancellations deepest first.
+        var cancellations: [(id: String, cause: String)] = []
+        for id in work {
+            let operationID = PersistentOperationID(record: id)
+            switch fates[id]! {
+            case .fails(let cause, let reason):
+                guard state.withLock({ $0.entries[id] != nil }) else { continue }
+                do {
+                    var record = try store.readPending(id: id)
+                    record.failedPrerequisite = cause
+                    record.lastErrorDescription = reason
+                    _ = try store.moveToFailed(record, reason: reason)
+                    report.failedWithTheirPrerequisites.append(operationID)
+                    hub.emit(.abandoned(operationID, prerequisite: PersistentOperationID(record: cause)))
+                    hub.emit(.failed(operationID, reason: reason))
+                } catch {
+                    reportStoreError(id, "could not move a record whose prerequisite failed to the failed area; it was not run: \(error)")
+                }
+                forget(id)
+            case .cancelled(let cause):
+                cancellations.append((id, cause))
+            case .held:
+                guard state.withLock({ $0.entries.removeValue(forKey: id) }) != nil else { continue }
+                // Left on disk as it is, batch included: it must not look uncommitted later.
+                report.heldForUnavailablePrerequisites.append(operationID)
+            }
+        }
+        var removed = Set<String>()
+        for (id, cause) in cancellations.reversed() where removed.insert(id).inserted {
+            let operationID = PersistentOperationID(record: id)
+            guard case .cancelled = fates[id] else { continue }
+            do {
+                try store.removePending(id: id, synchronizes: true)
+                hub.emit(.abandoned(operationID, prerequisite: PersistentOperationID(record: cause)))
+                hub.emit(.cancelled(operationID))
+            } catch {
+                reportStoreError(id, "could not remove a record whose prerequisite was replaced; it was not run: \(error)")
+            }
+            forget(id)
+        }
+        return restored.filter { fates[$0.id] == nil }
     }
 }

@@ -5,14 +5,25 @@ import Foundation
 // from its file when its first attempt starts.
 
 extension PersistentOperationQueue {
-    /// Starts tracking a stored operation and schedules its first attempt.
-    func track(_ operation: Operation, record: OperationRecord, attemptsInFlight: Int) {
-        attach(operation, id: record.id)
-        state.withLock { state in
-            state.entries[record.id] = Entry(record: record, operation: operation, attemptsInFlight: attemptsInFlight)
-            state.idsByOperation[ObjectIdentifier(operation)] = record.id
+    /// Starts tracking newly stored operations and schedules their first attempts, or blocks
+    /// them until their prerequisites succeed (`liveIDs`: see ``ResolvedPrerequisites``). All
+    /// of them are entries before any is linked, so prerequisites within the group are found.
+    /// An add whose operations have prerequisites calls this with `graphLock` held.
+    func track(_ added: [(operation: Operation, record: OperationRecord, liveIDs: [String])]) {
+        for item in added {
+            attach(item.operation, id: item.record.id)
         }
-        schedule(record.id, due: record.dueDate)
+        let ended = state.withLock { state -> [(id: String, ending: Entry.Ending)?] in
+            for item in added {
+                state.entries[item.record.id] = Entry(record: item.record, operation: item.operation, attemptsInFlight: 0)
+                state.idsByOperation[ObjectIdentifier(item.operation)] = item.record.id
+                if let batch = item.record.batchID { state.batchMembers[batch, default: 0] += 1 }
+            }
+            return added.map { link($0.record.id, to: $0.record.prerequisites, holdingFrom: $0.liveIDs, in: &state) }
+        }
+        for (item, ended) in zip(added, ended) {
+            scheduleLinked(item.record.id, due: item.record.dueDate, ended: ended)
+        }
     }
 
     /// Starts tracking a restored (or re-queued) record whose operation is built later, when
@@ -23,7 +34,10 @@ extension PersistentOperationQueue {
         var record = record
         record.payload = Data()
         let entry = Entry(record: record, operation: nil, attemptsInFlight: attemptsInFlight)
-        state.withLock { $0.entries[record.id] = entry }
+        state.withLock { state in
+            state.entries[record.id] = entry
+            if let batch = record.batchID { state.batchMembers[batch, default: 0] += 1 }
+        }
     }
 
     /// Connects an operation to the queue: its retries report here and wait in the queue's
@@ -118,15 +132,22 @@ extension PersistentOperationQueue {
         }
     }
 
-    /// Quarantines the record of an operation that could not be built, and forgets it.
+    /// Quarantines the record of an operation that could not be built, and forgets it; its
+    /// dependents fail, naming it.
     private func quarantineUnbuildable(_ record: OperationRecord, error: any Error) {
         let reason = "the operation could not be rebuilt from its record: \(error)"
+        graphLock.lock()
+        failedAreaLock.lock()
+        let dependents = state.withLock { beginEnding(record.id, as: .failed, in: &$0) }
         do {
             let name = try store.quarantinePending(id: record.id, reason: reason)
             hub.emit(.quarantined(entryName: name, reason: reason))
         } catch {
             reportStoreError(record.id, "could not quarantine a record whose operation cannot be rebuilt; it was not run: \(error)")
         }
+        abandon(dependents, because: record.id, ending: .failed, reason: "it could not be read and was quarantined")
+        failedAreaLock.unlock()
+        graphLock.unlock()
         store.clearAttemptsInFlight(forRecord: record.id)
         forget(record.id)
     }

@@ -124,11 +124,20 @@ struct QueueFixture {
         queue.eventHandler = { event in events.withLock { $0.append(event) } }
         queue.register(ScriptedUpload.self)
         queue.register(PlainNote.self)
+        queue.register(SyncScriptedUpload.self)
         return queue
     }
 
     func upload(_ name: String, _ steps: [UploadStep] = [.succeed], retryDelay: TimeInterval = 10) -> ScriptedUpload {
         ScriptedUpload(payload: UploadPayload(name: name, journal: journal, steps: steps, retryDelay: retryDelay))
+    }
+
+    func syncUpload(_ name: String, _ steps: [UploadStep] = [.succeed], retryDelay: TimeInterval = 10) -> SyncScriptedUpload {
+        SyncScriptedUpload(payload: UploadPayload(name: name, journal: journal, steps: steps, retryDelay: retryDelay))
+    }
+
+    func note(_ name: String) -> PlainNote {
+        PlainNote(payload: UploadPayload(name: name, journal: journal))
     }
 
     var lines: [String] { Journal.lines(journal) }
@@ -154,5 +163,30 @@ extension RetryingOperation {
     var finishedCancelled: Bool {
         if case .cancelled? = outcome { return true }
         return false
+    }
+}
+
+/// A synchronous retrying operation that follows its payload's script like ``ScriptedUpload``
+/// (each attempt ends before `startBaseOperation` returns).
+final class SyncScriptedUpload: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "test.sync-scripted-upload"
+    let payload: UploadPayload
+
+    init(payload: UploadPayload) {
+        self.payload = payload
+        super.init()
+    }
+
+    override var isAsynchronous: Bool { false }
+
+    override func startBaseOperation(isRetry: Bool) {
+        let attempt = numberOfAttempts
+        Journal.record(payload.journal, "\(payload.name)#\(attempt) retry=\(isRetry) retries=\(numberOfRetries ?? -1)")
+        switch payload.steps[min(attempt - 1, payload.steps.count - 1)] {
+        case .succeed: baseOperationEnded()
+        case .retry: baseOperationEnded(needsRetryIn: payload.retryDelay, countsTowardRetryLimit: true)
+        case .retryUncounted: baseOperationEnded(needsRetryIn: payload.retryDelay, countsTowardRetryLimit: false)
+        case .fail, .hang: baseOperationEnded(failingWith: UploadFailed())
+        }
     }
 }

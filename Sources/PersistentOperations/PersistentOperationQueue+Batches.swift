@@ -1,0 +1,147 @@
+import Foundation
+
+extension PersistentOperationQueue {
+    // MARK: - Adding several operations
+
+    /// Stores `operations` durably as one batch — all of them or none — then schedules them,
+    /// and returns their identifiers in the order given.
+    ///
+    /// When this returns, every record is on disk. After a crash at any moment before, the
+    /// next ``restore()`` finds either every operation of the batch or none of them (a batch
+    /// interrupted halfway is discarded and reported in
+    /// ``RestoreReport/discardedFromUncommittedBatches``). The whole batch shares one group
+    /// commit: its files are synced together and the directory once, so a batch of 100 costs
+    /// far less than 100 ``addOperation(_:)`` calls.
+    ///
+    /// Dependencies may point inside the batch, in any order, and to operations added before:
+    ///
+    /// ```swift
+    /// let album = CreateAlbum(payload: .init(name: "Hike"))
+    /// let uploads = photos.map { UploadPhoto(payload: .init(file: $0, album: "Hike")) }
+    /// let publish = PublishAlbum(payload: .init(name: "Hike"))
+    /// for upload in uploads {
+    ///     upload.addDependency(album)
+    ///     publish.addDependency(upload)
+    /// }
+    /// let ids = try queue.addOperations([album] + uploads + [publish])
+    /// ```
+    ///
+    /// Unlike `OperationQueue.addOperations(_:waitUntilFinished:)`, it does not wait for the
+    /// operations to finish; use ``waitUntilAllOperationsAreFinished()`` or
+    /// ``allOperationsFinished()``.
+    ///
+    /// - Throws: the errors of ``addOperation(_:)`` for any member, and
+    ///   ``PersistenceError/Code/invalidDependency`` when the batch's dependencies form a
+    ///   cycle. Bad input in any member rejects the whole batch: nothing is stored and none of
+    ///   the operations will run.
+    @discardableResult
+    public func addOperations(_ operations: [any PersistentOperation]) throws -> [PersistentOperationID] {
+        try addOperations(operations, options: EnqueueOptions())
+    }
+
+    /// Stores `operations` as one batch like ``addOperations(_:)``, each with the not-before
+    /// date and tags of `options`.
+    ///
+    /// ```swift
+    /// try queue.addOperations(uploads, options: EnqueueOptions(tags: ["album:42"]))
+    /// ```
+    ///
+    /// `options` must have no unique key: a key names one operation, not a batch.
+    @discardableResult
+    public func addOperations(_ operations: [any PersistentOperation], options: EnqueueOptions) throws -> [PersistentOperationID] {
+        precondition(options.uniqueKey == nil, "addOperations(_:options:) takes no unique key; add operations with a unique key one at a time")
+        guard !operations.isEmpty else { return [] }
+        var batch: [ObjectIdentifier: String] = [:]
+        for operation in operations {
+            precondition(
+                !operation.isExecuting && !operation.isFinished && identifier(of: operation) == nil,
+                "An operation can be added to a PersistentOperationQueue only once, before it starts"
+            )
+            let key = ObjectIdentifier(operation)
+            precondition(batch[key] == nil, "addOperations(_:) was given the same operation twice")
+            batch[key] = UUID().uuidString
+        }
+        var payloads: [Data] = []
+        payloads.reserveCapacity(operations.count)
+        for operation in operations {
+            try checkRegistered(Self.persistenceIdentifier(of: operation), of: type(of: operation))
+        }
+        try checkOpen()
+        for operation in operations {
+            payloads.append(try Self.encodedPayload(of: operation))
+        }
+
+        let hasDependencies = operations.contains { !$0.dependencies.isEmpty }
+        if hasDependencies { graphLock.lock() }
+        defer { if hasDependencies { graphLock.unlock() } }
+        var resolved: [ResolvedPrerequisites] = []
+        resolved.reserveCapacity(operations.count)
+        for operation in operations {
+            resolved.append(hasDependencies ? try resolvePrerequisites(of: operation, batch: batch) : ResolvedPrerequisites())
+        }
+        let ids = operations.map { batch[ObjectIdentifier($0)]! }
+        if hasDependencies {
+            try Self.checkAcyclic(ids: ids, prerequisites: resolved.map(\.ids), operations: operations)
+        }
+
+        let batchID = operations.count > 1 ? UUID().uuidString : nil
+        var records: [OperationRecord] = []
+        records.reserveCapacity(operations.count)
+        for (index, operation) in operations.enumerated() {
+            records.append(makeRecord(
+                id: ids[index], typeIdentifier: Self.persistenceIdentifier(of: operation), payload: payloads[index],
+                priority: operation.queuePriority, options: options, prerequisites: resolved[index].ids, batchID: batchID
+            ))
+        }
+        if let batchID {
+            // `restore()` must not take the records, on disk before the marker, for the remains
+            // of an interrupted batch.
+            state.withLock { _ = $0.batchesInProgress.insert(batchID) }
+            defer { state.withLock { _ = $0.batchesInProgress.remove(batchID) } }
+            try store.addBatch(records)
+        } else {
+            try store.add(records[0])
+        }
+        hub.emit(contentsOf: records.map { .enqueued(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) })
+        track(operations.indices.map { (operations[$0], records[$0], resolved[$0].liveIDs) })
+        return ids.map(PersistentOperationID.init(record:))
+    }
+
+    private static func persistenceIdentifier<Op: PersistentOperation>(of operation: Op) -> String {
+        Op.persistenceIdentifier
+    }
+
+    private static func encodedPayload<Op: PersistentOperation>(of operation: Op) throws -> Data {
+        try RecordFormat.encodePayload(operation.payload)
+    }
+
+    /// Throws ``PersistenceError/Code/invalidDependency`` when the dependencies inside a batch
+    /// form a cycle (Kahn's algorithm: what never becomes free of prerequisites is on one).
+    private static func checkAcyclic(ids: [String], prerequisites: [[String]], operations: [any PersistentOperation]) throws {
+        let index = Dictionary(uniqueKeysWithValues: ids.enumerated().map { ($1, $0) })
+        var remaining = [Int](repeating: 0, count: ids.count)
+        var dependents = [[Int]](repeating: [], count: ids.count)
+        for (member, prerequisiteIDs) in prerequisites.enumerated() {
+            for prerequisite in Set(prerequisiteIDs) {
+                guard let position = index[prerequisite] else { continue }
+                remaining[member] += 1
+                dependents[position].append(member)
+            }
+        }
+        var free = remaining.indices.filter { remaining[$0] == 0 }
+        var freed = 0
+        while let member = free.popLast() {
+            freed += 1
+            for dependent in dependents[member] {
+                remaining[dependent] -= 1
+                if remaining[dependent] == 0 { free.append(dependent) }
+            }
+        }
+        guard freed < ids.count else { return }
+        let cycle = remaining.indices.filter { remaining[$0] > 0 }.map { describe(operations[$0]) }
+        throw PersistenceError(
+            .invalidDependency,
+            "The dependencies of the batch form a cycle (among \(cycle.joined(separator: ", "))), so none of its operations could ever start; nothing was stored."
+        )
+    }
+}
