@@ -65,11 +65,19 @@ struct MachineState: Sendable {
     var resumesAsRetry = false
     /// A due retry waits for the driver to admit it.
     var isAwaitingAdmission = false
-    typealias OutcomeWaiters = [CheckedContinuation<RetryingOperation.Outcome, Never>]
+    typealias OutcomeWaiters = [OutcomeWaiter]
+    /// The tasks awaiting `finalOutcome`; a waiter whose task is cancelled removes itself.
     var outcomeWaiters: OutcomeWaiters = []
     /// The callouts waiting to run, kept here so that a state change and the callout it
     /// submits take one lock round trip.
     var callouts = CalloutQueue<RetryingOperation.Callout>()
+}
+
+/// A task awaiting ``RetryingOperation/finalOutcome``. `token` identifies it, so that the
+/// task's cancellation handler removes this waiter and no other.
+struct OutcomeWaiter: Sendable {
+    let token: ObjectIdentifier
+    let continuation: CheckedContinuation<RetryingOperation.Outcome, Never>
 }
 
 /// How an attempt ended, as reported by a `baseOperationEnded` method.
@@ -342,7 +350,7 @@ extension RetryingOperation {
 
         log(.debug, "finished: \(outcome)", to: logHandler)
         for waiter in waiters {
-            waiter.resume(returning: outcome)
+            waiter.continuation.resume(returning: outcome)
         }
     }
 

@@ -38,7 +38,7 @@ extension PersistentOperationQueue {
 
     /// Stops tracking an operation and frees whatever slot it has.
     func forget(_ id: String) {
-        let (slot, waiters) = state.withLock { state -> (AttemptSlot?, [CheckedContinuation<Void, Never>]) in
+        let (slot, waiters) = state.withLock { state -> (AttemptSlot?, [EmptyWaiter]) in
             guard let entry = state.entries.removeValue(forKey: id) else { return (nil, []) }
             if let operation = entry.operation {
                 state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation))
