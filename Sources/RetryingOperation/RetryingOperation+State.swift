@@ -92,7 +92,7 @@ enum AttemptEnd {
     case failed(any Error)
     /// Retry after `wait`. `counted` retries increment `numberOfRetries`; when
     /// `enforcesLimit`, the retry policy may refuse it, and the operation then fails with
-    /// `error` (or `retryLimitReached`).
+    /// `retryLimitReached` carrying `error` as its underlying error.
     case retry(after: Wait, counted: Bool, enforcesLimit: Bool, error: (any Error)?)
 }
 
@@ -174,9 +174,10 @@ extension RetryingOperation {
             let (retries, policy) = machine.withLock { ($0.numberOfRetries, $0.retryPolicy) }
             if enforcesLimit && !policy.allowsRetry(afterRetries: retries) {
                 log(.info, "retry limit reached after \(retries) retries; the operation fails")
-                finish(.failed(error ?? RetryingOperationError(
+                finish(.failed(RetryingOperationError(
                     code: .retryLimitReached,
-                    message: "the retry policy allows no more than \(retries) retries"
+                    message: "gave up after \(retries) retries: the retry policy allows no more",
+                    underlyingError: error
                 )), wasExecuting: true)
                 return
             }

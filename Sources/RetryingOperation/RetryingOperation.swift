@@ -174,8 +174,10 @@ open class RetryingOperation: Operation, @unchecked Sendable {
 
     /// Ends the current attempt with an error that may go away, and lets ``retryPolicy``
     /// decide: while the policy allows another counted retry, the operation waits for the
-    /// policy's backoff delay and retries; otherwise it finishes with
-    /// ``Outcome/failed(_:)`` carrying `error`.
+    /// policy's backoff delay and retries; otherwise it finishes with ``Outcome/failed(_:)``
+    /// carrying a ``RetryingOperationError`` whose code is
+    /// ``RetryingOperationError/Code-swift.struct/retryLimitReached`` and whose
+    /// ``RetryingOperationError/underlyingError`` is `error`.
     ///
     /// ```swift
     /// catch let error as URLError where error.code == .timedOut {
@@ -194,7 +196,7 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     ///   - countsTowardRetryLimit: `true` for an ordinary retry: it increments
     ///     ``numberOfRetries`` and, once ``retryPolicy`` allows no more retries, the
     ///     operation fails with ``RetryingOperationError/Code-swift.struct/retryLimitReached``
-    ///     instead. `false` for a conditional retry — waiting for the network, a lock, a
+    ///     instead (with no underlying error: this call reports none). `false` for a conditional retry — waiting for the network, a lock, a
     ///     rate limit — which neither counts nor is limited.
     ///
     /// ```swift
