@@ -189,7 +189,8 @@ extension PersistentOperationQueue {
                 typeIdentifier: record.typeIdentifier,
                 reason: record.failureReason ?? "unknown",
                 numberOfRetries: record.numberOfRetries,
-                numberOfAttempts: record.numberOfAttempts,
+                // Attempts moved aside by crash-loop protection were in flight, not saved.
+                numberOfAttempts: record.numberOfAttempts + record.attemptsInFlight,
                 tags: Set(record.tags),
                 enqueuedAt: record.enqueuedAt
             )
