@@ -6,6 +6,7 @@ extension PersistentOperationQueue {
     /// The identifier under which `operation` was stored, while the queue tracks it.
     ///
     /// ```swift
+    /// let upload = UploadOperation(payload: payload)
     /// try queue.addOperation(upload)
     /// let id = queue.identifier(of: upload)!
     /// ```
@@ -25,7 +26,9 @@ extension PersistentOperationQueue {
     /// The unfinished operation with identifier `id`, if any.
     ///
     /// ```swift
-    /// if let info = queue.operation(withID: id), info.state == .waitingToRetry { … }
+    /// if let info = queue.operation(withID: id), info.state == .waitingToRetry {
+    ///     print("retry \(info.numberOfRetries) due at \(String(describing: info.nextAttemptAt))")
+    /// }
     /// ```
     public func operation(withID id: PersistentOperationID) -> PersistentOperationInfo? {
         snapshot { $0.record.id == id.rawValue }.first

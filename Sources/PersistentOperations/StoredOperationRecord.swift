@@ -6,7 +6,7 @@ import Foundation
 /// ```swift
 /// let store = try ReadOnlyPersistentStore(directory: storeURL)
 /// for record in try store.pendingRecords().records {
-///     print(record.id, record.typeIdentifier, record.state, "attempts:", record.numberOfAttempts)
+///     print(record.id, record.typeIdentifier, record.state.map { "\($0)" } ?? "-", "attempts:", record.numberOfAttempts)
 /// }
 /// ```
 public struct StoredOperationRecord: Sendable, Hashable {

@@ -180,8 +180,13 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     /// ``RetryingOperationError/underlyingError`` is `error`.
     ///
     /// ```swift
-    /// catch let error as URLError where error.code == .timedOut {
-    ///     baseOperationEnded(withRetriableError: error)
+    /// do {
+    ///     try store.flush()
+    ///     baseOperationEnded()
+    /// } catch let error as POSIXError where error.code == .EAGAIN {
+    ///     baseOperationEnded(withRetriableError: error)   // may go away: the policy decides
+    /// } catch {
+    ///     baseOperationEnded(failingWith: error)
     /// }
     /// ```
     public final func baseOperationEnded(withRetriableError error: any Error) {
