@@ -47,6 +47,9 @@ struct DemoCommand {
             let wasKilled = try follow(app, tail: tail, timeline: &timeline, killAfterStarts: killAfterStarts)
             if wasKilled {
                 kills += 1
+                if options.stopsAfterKill && kills == options.kills {
+                    return stopAfterKill(workspace)
+                }
                 continue
             }
             guard app.terminationReason == .exit, app.terminationStatus == 0 else {
@@ -62,6 +65,18 @@ struct DemoCommand {
         say("")
         say(DemoReport(tally: tally, kills: kills).text)
         return tally.isSuccessful ? 0 : 1
+    }
+
+    /// Ends the demo after its last kill (`--stop-after-kill`), the unfinished uploads left
+    /// pending in the kept store.
+    private func stopAfterKill(_ workspace: Workspace) -> Int32 {
+        let pending = (try? ReadOnlyPersistentStore(directory: workspace.store).pendingRecords().records.count) ?? 0
+        say("""
+
+            Stopped after the last SIGKILL, without relaunching the app: \(pending) \(pending == 1 ? "upload is" : "uploads are") pending in \(workspace.store.path).
+            Inspect them:  swift run store-inspector list \(workspace.store.path)
+            """)
+        return 0
     }
 
     /// After how many attempt starts within one launch the app is killed: between a quarter

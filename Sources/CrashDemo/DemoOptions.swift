@@ -2,7 +2,7 @@ import Foundation
 
 /// The command-line options of the crash-and-resume demo (`crash-demo` without a subcommand).
 ///
-///     crash-demo [--count N] [--kills K] [--store DIR] [--seed S] [--attempt-ms MS]
+///     crash-demo [--count N] [--kills K] [--store DIR [--stop-after-kill]] [--seed S] [--attempt-ms MS]
 struct DemoOptions {
     /// How many uploads the app adds. Default: 20.
     var count = 20
@@ -15,11 +15,14 @@ struct DemoOptions {
     var seed: UInt64?
     /// Milliseconds one upload attempt takes. Default: 60, slow enough to kill work in flight.
     var attemptMilliseconds = 60
+    /// Stop after the last SIGKILL instead of relaunching the app, leaving the unfinished
+    /// uploads pending in the kept store (for `store-inspector`). Needs `--store`.
+    var stopsAfterKill = false
     /// Whether `--help` was asked for.
     var showsHelp = false
 
     static let usage = """
-        usage: crash-demo [--count N] [--kills K] [--store DIR] [--seed S] [--attempt-ms MS]
+        usage: crash-demo [--count N] [--kills K] [--store DIR [--stop-after-kill]] [--seed S] [--attempt-ms MS]
 
         Runs an app that adds N persistent uploads to a store, SIGKILLs it K times while
         uploads are in flight, relaunches it until it finishes, and checks from the app's
@@ -30,6 +33,10 @@ struct DemoOptions {
           --kills K       SIGKILLs before the app may finish (default 2)
           --store DIR     keep the store (and its effects.txt journal) in DIR, which must be
                           empty or absent; by default a temporary directory is used and deleted
+          --stop-after-kill
+                          stop after the last SIGKILL without relaunching the app: the
+                          uploads it left unfinished stay pending in the --store DIR, for
+                          store-inspector (needs --store and --kills of at least 1)
           --seed S        seed for the kill moments (default: random, printed)
           --attempt-ms MS how long one upload attempt takes (default 60)
           --help          show this text
@@ -62,9 +69,13 @@ struct DemoOptions {
             case "--store": store = URL(fileURLWithPath: try value(), isDirectory: true)
             case "--seed": seed = try number(UInt64.self, atLeast: 0)
             case "--attempt-ms": attemptMilliseconds = try number(Int.self, atLeast: 1)
+            case "--stop-after-kill": stopsAfterKill = true
             case "--help", "-h": showsHelp = true
             default: throw DemoError("unknown option \"\(name)\"\n\n\(Self.usage)")
             }
+        }
+        if stopsAfterKill && (store == nil || kills < 1) {
+            throw DemoError("--stop-after-kill needs --store DIR (to keep the store) and --kills of at least 1\n\n\(Self.usage)")
         }
     }
 }

@@ -14,11 +14,16 @@ public struct PersistentOperationID: Hashable, Sendable, Codable, CustomStringCo
     /// The identifier as stored: an uppercase UUID string.
     public let rawValue: String
 
-    /// Creates an identifier from its stored form, or `nil` when `rawValue` is not one
-    /// (for example, text typed into a command line).
+    /// Creates an identifier from text, or `nil` when `rawValue` is not a UUID (for
+    /// example, a mistyped command-line argument). Case does not matter: `"6f1c…"` and
+    /// `"6F1C…"` are the same identifier, stored in uppercase.
+    ///
+    /// ```swift
+    /// let id = PersistentOperationID("6f1c9a4e-2b7d-4c1e-9f3a-0d5e8b7c6a21")
+    /// ```
     public init?(_ rawValue: String) {
-        guard OperationRecord.isValidIdentifier(rawValue) else { return nil }
-        self.rawValue = rawValue
+        guard let uuid = UUID(uuidString: rawValue) else { return nil }
+        self.rawValue = uuid.uuidString
     }
 
     init(record id: String) {

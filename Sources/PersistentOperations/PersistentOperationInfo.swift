@@ -44,7 +44,9 @@ public struct PersistentOperationInfo: Sendable {
     public var notBefore: Date?
     /// Counted retries saved so far.
     public var numberOfRetries: Int
-    /// Attempts started so far, across launches.
+    /// Attempts started so far, across launches: the running one, and any that were in
+    /// flight when an earlier launch died, included. ``ReadOnlyPersistentStore`` and
+    /// `store-inspector` report the same number.
     public var numberOfAttempts: Int
     /// When the next attempt is due, while waiting on a timer.
     public var nextAttemptAt: Date?

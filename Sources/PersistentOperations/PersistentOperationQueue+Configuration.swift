@@ -6,7 +6,8 @@ extension PersistentOperationQueue {
     /// ```swift
     /// var configuration = PersistentOperationQueue.Configuration()
     /// configuration.crashLoopLimit = 5
-    /// let queue = try PersistentOperationQueue(directory: storeURL, configuration: configuration)
+    /// let queue = try PersistentOperationQueue(directory: storeURL, operationQueue: OperationQueue(),
+    ///                                          configuration: configuration)
     /// ```
     public struct Configuration: Sendable {
         /// The default ``crashLoopLimit``: 3 consecutive crashes during an attempt.

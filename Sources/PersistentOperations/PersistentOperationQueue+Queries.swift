@@ -6,6 +6,7 @@ extension PersistentOperationQueue {
     /// The identifier under which `operation` was stored, while the queue tracks it.
     ///
     /// ```swift
+    /// let upload = UploadOperation(payload: payload)
     /// try queue.addOperation(upload)
     /// let id = queue.identifier(of: upload)!
     /// ```
@@ -25,7 +26,9 @@ extension PersistentOperationQueue {
     /// The unfinished operation with identifier `id`, if any.
     ///
     /// ```swift
-    /// if let info = queue.operation(withID: id), info.state == .waitingToRetry { … }
+    /// if let info = queue.operation(withID: id), info.state == .waitingToRetry {
+    ///     print("retry \(info.numberOfRetries) due at \(String(describing: info.nextAttemptAt))")
+    /// }
     /// ```
     public func operation(withID id: PersistentOperationID) -> PersistentOperationInfo? {
         snapshot { $0.record.id == id.rawValue }.first
@@ -201,7 +204,8 @@ extension PersistentOperationQueue {
                 typeIdentifier: record.typeIdentifier,
                 reason: record.failureReason ?? "unknown",
                 numberOfRetries: record.numberOfRetries,
-                numberOfAttempts: record.numberOfAttempts,
+                // Attempts moved aside by crash-loop protection were in flight, not saved.
+                numberOfAttempts: record.numberOfAttempts + record.attemptsInFlight,
                 tags: Set(record.tags),
                 enqueuedAt: record.enqueuedAt,
                 prerequisites: record.prerequisites.map(PersistentOperationID.init(record:)),

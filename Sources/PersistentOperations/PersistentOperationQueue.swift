@@ -65,7 +65,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         var idsByOperation: [ObjectIdentifier: String] = [:]
         var unknownTypeRecords: [String: UnknownTypeRecord] = [:]
         var isClosed = false
-        var emptyWaiters: [CheckedContinuation<Void, Never>] = []
+        var emptyWaiters: [EmptyWaiter] = []
         /// Slots added to the `OperationQueue` that have not finished.
         var slotsInQueue = 0
         /// Due operations waiting for room in the `OperationQueue`, first to run first.
@@ -333,20 +333,16 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// Waits, without blocking a thread, until every operation has finished (see
     /// ``waitUntilAllOperationsAreFinished()``).
     ///
+    /// - Important: Returns early when the awaiting `Task` is cancelled: the wait ends, the
+    ///   operations go on. Check `Task.isCancelled` afterwards when you must know which
+    ///   happened; cancel the work itself with ``cancelAllOperations()``.
+    ///
     /// ```swift
     /// await queue.allOperationsFinished()
+    /// if Task.isCancelled { return }   // the wait was cancelled, not the operations
     /// ```
     public func allOperationsFinished() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let isEmpty = state.withLock { state -> Bool in
-                guard state.entries.isEmpty else {
-                    state.emptyWaiters.append(continuation)
-                    return false
-                }
-                return true
-            }
-            if isEmpty { continuation.resume() }
-        }
+        await waitUntilEmpty()
     }
 
     // MARK: - Control

@@ -45,7 +45,9 @@ public protocol RetryableOperation: Operation {
 /// The base operation runs on `baseOperationQueue` when given, otherwise it is started
 /// directly from the wrapper. When the operation asks for a retry but
 /// ``maximumNumberOfRetries`` retries were already made, the wrapper fails with
-/// ``RetryingOperationError/Code-swift.struct/retryLimitReached``.
+/// ``RetryingOperationError/Code-swift.struct/retryLimitReached``, the shape every
+/// ``RetryingOperation`` gives up in; its ``RetryingOperationError/underlyingError`` is `nil`
+/// (an `Operation` reports no error: read ``currentBaseOperation`` for the last run).
 public final class RetryableOperationWrapper<T: RetryableOperation>: RetryingOperation, @unchecked Sendable {
     // @unchecked: `current` is a `Locked`; the other stored properties are constants.
 

@@ -14,9 +14,23 @@ extension RetryingOperation {
     public enum Outcome: Sendable, CustomStringConvertible {
         /// The last attempt succeeded.
         case succeeded
-        /// The operation gave up: an attempt failed with an error that must not be retried,
-        /// or the retry policy allowed no more retries. Carries the attempt's error, or a
-        /// ``RetryingOperationError`` when the library itself decided to stop.
+        /// The operation gave up. Carries the error of an attempt that must not be retried
+        /// (``RetryingOperation/baseOperationEnded(failingWith:)``), or a
+        /// ``RetryingOperationError`` when the library decided to stop.
+        ///
+        /// Giving up after the retry limit has one shape for every kind of operation — a
+        /// subclass, an ``AsyncRetryingOperation``, a ``RetryableOperationWrapper``: a
+        /// ``RetryingOperationError`` whose code is
+        /// ``RetryingOperationError/Code-swift.struct/retryLimitReached`` and whose
+        /// ``RetryingOperationError/underlyingError`` is the last attempt's error (`nil` when
+        /// the attempt reported none, as a wrapped `Operation` cannot).
+        ///
+        /// ```swift
+        /// if case .failed(let error as RetryingOperationError) = await operation.finalOutcome,
+        ///    error.code == .retryLimitReached {
+        ///     print("gave up after \(operation.numberOfAttempts) attempts; last error: \(String(describing: error.underlyingError))")
+        /// }
+        /// ```
         case failed(any Error)
         /// The operation was cancelled before it could succeed.
         case cancelled

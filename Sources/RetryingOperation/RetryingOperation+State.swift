@@ -68,11 +68,19 @@ struct MachineState: Sendable {
     /// Set by a driver before the start: the operation finishes failed with this error instead
     /// of running (a persistent operation whose prerequisite failed for good).
     var failureBeforeStart: (any Error)?
-    typealias OutcomeWaiters = [CheckedContinuation<RetryingOperation.Outcome, Never>]
+    typealias OutcomeWaiters = [OutcomeWaiter]
+    /// The tasks awaiting `finalOutcome`; a waiter whose task is cancelled removes itself.
     var outcomeWaiters: OutcomeWaiters = []
     /// The callouts waiting to run, kept here so that a state change and the callout it
     /// submits take one lock round trip.
     var callouts = CalloutQueue<RetryingOperation.Callout>()
+}
+
+/// A task awaiting ``RetryingOperation/finalOutcome``. `token` identifies it, so that the
+/// task's cancellation handler removes this waiter and no other.
+struct OutcomeWaiter: Sendable {
+    let token: ObjectIdentifier
+    let continuation: CheckedContinuation<RetryingOperation.Outcome, Never>
 }
 
 /// How an attempt ended, as reported by a `baseOperationEnded` method.
@@ -87,7 +95,7 @@ enum AttemptEnd {
     case failed(any Error)
     /// Retry after `wait`. `counted` retries increment `numberOfRetries`; when
     /// `enforcesLimit`, the retry policy may refuse it, and the operation then fails with
-    /// `error` (or `retryLimitReached`).
+    /// `retryLimitReached` carrying `error` as its underlying error.
     case retry(after: Wait, counted: Bool, enforcesLimit: Bool, error: (any Error)?)
 }
 
@@ -174,9 +182,10 @@ extension RetryingOperation {
             let (retries, policy) = machine.withLock { ($0.numberOfRetries, $0.retryPolicy) }
             if enforcesLimit && !policy.allowsRetry(afterRetries: retries) {
                 log(.info, "retry limit reached after \(retries) retries; the operation fails")
-                finish(.failed(error ?? RetryingOperationError(
+                finish(.failed(RetryingOperationError(
                     code: .retryLimitReached,
-                    message: "the retry policy allows no more than \(retries) retries"
+                    message: "gave up after \(retries) retries: the retry policy allows no more",
+                    underlyingError: error
                 )), wasExecuting: true)
                 return
             }
@@ -350,7 +359,7 @@ extension RetryingOperation {
 
         log(.debug, "finished: \(outcome)", to: logHandler)
         for waiter in waiters {
-            waiter.resume(returning: outcome)
+            waiter.continuation.resume(returning: outcome)
         }
     }
 

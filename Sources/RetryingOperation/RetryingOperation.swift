@@ -174,12 +174,19 @@ open class RetryingOperation: Operation, @unchecked Sendable {
 
     /// Ends the current attempt with an error that may go away, and lets ``retryPolicy``
     /// decide: while the policy allows another counted retry, the operation waits for the
-    /// policy's backoff delay and retries; otherwise it finishes with
-    /// ``Outcome/failed(_:)`` carrying `error`.
+    /// policy's backoff delay and retries; otherwise it finishes with ``Outcome/failed(_:)``
+    /// carrying a ``RetryingOperationError`` whose code is
+    /// ``RetryingOperationError/Code-swift.struct/retryLimitReached`` and whose
+    /// ``RetryingOperationError/underlyingError`` is `error`.
     ///
     /// ```swift
-    /// catch let error as URLError where error.code == .timedOut {
-    ///     baseOperationEnded(withRetriableError: error)
+    /// do {
+    ///     try store.flush()
+    ///     baseOperationEnded()
+    /// } catch let error as POSIXError where error.code == .EAGAIN {
+    ///     baseOperationEnded(withRetriableError: error)   // may go away: the policy decides
+    /// } catch {
+    ///     baseOperationEnded(failingWith: error)
     /// }
     /// ```
     public final func baseOperationEnded(withRetriableError error: any Error) {
@@ -194,7 +201,7 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     ///   - countsTowardRetryLimit: `true` for an ordinary retry: it increments
     ///     ``numberOfRetries`` and, once ``retryPolicy`` allows no more retries, the
     ///     operation fails with ``RetryingOperationError/Code-swift.struct/retryLimitReached``
-    ///     instead. `false` for a conditional retry — waiting for the network, a lock, a
+    ///     instead (with no underlying error: this call reports none). `false` for a conditional retry — waiting for the network, a lock, a
     ///     rate limit — which neither counts nor is limited.
     ///
     /// ```swift
@@ -355,20 +362,56 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     /// Returns at once when the operation has already finished. Cancelling the awaiting
     /// task does not cancel the operation.
     ///
+    /// - Important: When the awaiting `Task` is cancelled before the operation finishes,
+    ///   this returns ``Outcome/cancelled`` at once — the wait was cancelled, not the
+    ///   operation, which goes on (its ``outcome`` stays `nil` until it finishes). So a
+    ///   timeout raced against the operation in a task group never hangs, and no
+    ///   continuation is leaked. Check `Task.isCancelled` (or ``outcome``) when you must
+    ///   tell the two apart; cancel the operation itself with `cancel()`.
+    ///
     /// ```swift
     /// queue.addOperation(operation)
     /// let outcome = await operation.finalOutcome
     /// ```
+    ///
+    /// Waiting at most ten seconds:
+    ///
+    /// ```swift
+    /// let outcome = await withTaskGroup(of: RetryingOperation.Outcome?.self) { group in
+    ///     group.addTask { await operation.finalOutcome }
+    ///     group.addTask { try? await Task.sleep(for: .seconds(10)); return nil }
+    ///     let first = await group.next() ?? nil
+    ///     group.cancelAll()        // the wait that lost returns at once
+    ///     return first
+    /// }
+    /// if outcome == nil { operation.cancel() }   // timed out
+    /// ```
     public var finalOutcome: Outcome {
         get async {
-            await withCheckedContinuation { continuation in
-                let finished: Outcome? = machine.withLock { state in
-                    if case .finished(let outcome) = state.phase { return outcome }
-                    state.outcomeWaiters.append(continuation)
-                    return nil
+            // The token's identity names this wait; it lives until the wait is over.
+            let token = WaitToken()
+            let id = ObjectIdentifier(token)
+            let outcome = await withTaskCancellationHandler {
+                await withCheckedContinuation { continuation in
+                    let immediate: Outcome? = machine.withLock { state in
+                        if case .finished(let outcome) = state.phase { return outcome }
+                        // Checked under the lock: a cancellation after this finds the waiter.
+                        if Task.isCancelled { return .cancelled }
+                        state.outcomeWaiters.append(OutcomeWaiter(token: id, continuation: continuation))
+                        return nil
+                    }
+                    if let immediate { continuation.resume(returning: immediate) }
                 }
-                if let finished { continuation.resume(returning: finished) }
+            } onCancel: {
+                let waiter: OutcomeWaiter? = machine.withLock { state in
+                    guard let index = state.outcomeWaiters.firstIndex(where: { $0.token == id }) else { return nil }
+                    return state.outcomeWaiters.remove(at: index)
+                }
+                waiter?.continuation.resume(returning: .cancelled)
             }
+            // Keeps the token (and so its identifier) alive until the wait is over.
+            withExtendedLifetime(token) {}
+            return outcome
         }
     }
 

@@ -3,10 +3,13 @@ import Foundation
 /// An error the library reports in ``RetryingOperation/Outcome/failed(_:)`` when it is
 /// the library, not an attempt, that decided the operation fails.
 ///
+/// Giving up after the retry limit is reported this way by every kind of operation, with
+/// the last attempt's error as ``underlyingError``:
+///
 /// ```swift
 /// if let error = operation.outcome?.error as? RetryingOperationError,
 ///    error.code == .retryLimitReached {
-///     print("gave up after \(operation.numberOfAttempts) attempts")
+///     print("gave up after \(operation.numberOfAttempts) attempts: \(String(describing: error.underlyingError))")
 /// }
 /// ```
 public struct RetryingOperationError: Error, CustomStringConvertible, Sendable {
@@ -17,7 +20,8 @@ public struct RetryingOperationError: Error, CustomStringConvertible, Sendable {
         public let rawValue: String
 
         /// A counted retry was requested but the retry policy (or the wrapper's
-        /// `maximumNumberOfRetries`) allows no more.
+        /// `maximumNumberOfRetries`) allows no more. ``RetryingOperationError/underlyingError``
+        /// is the error the last attempt failed with, when it reported one.
         public static let retryLimitReached = Code(rawValue: "retryLimitReached")
         /// A synchronous operation's `startBaseOperation(isRetry:)` returned without
         /// calling a `baseOperationEnded` method.
@@ -30,7 +34,8 @@ public struct RetryingOperationError: Error, CustomStringConvertible, Sendable {
     public let code: Code
     /// A sentence for logs.
     public let message: String
-    /// The error that caused this one, if any.
+    /// The error that caused this one, if any: for
+    /// ``Code-swift.struct/retryLimitReached``, the last attempt's error.
     public let underlyingError: (any Error)?
 
     /// Creates an error; the library creates them, tests may too.

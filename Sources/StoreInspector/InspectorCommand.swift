@@ -1,4 +1,5 @@
 import Foundation
+import PersistentOperations
 
 /// A parsed `store-inspector` command line.
 ///
@@ -52,6 +53,12 @@ struct InspectorCommand {
         Exit status: 0 on success, 1 when the store cannot be read or changed, 2 for a usage error.
         """
 
+    /// A record identifier as stored (uppercase), whatever the case it was typed in; text
+    /// that is not an identifier is returned unchanged, for the error that names it.
+    static func normalizedIdentifier(_ text: String) -> String {
+        PersistentOperationID(text)?.rawValue ?? text
+    }
+
     /// Parses `arguments` (without the program name).
     ///
     /// - Throws: ``InspectorError`` with exit status 2 for a usage error.
@@ -81,7 +88,7 @@ struct InspectorCommand {
         guard let store else { throw InspectorError.usage("no store directory given (--store DIR)") }
         func id() throws -> String {
             guard positionals.count == 1 else { throw InspectorError.usage("\(name) needs one record identifier") }
-            return positionals.removeFirst()
+            return Self.normalizedIdentifier(positionals.removeFirst())
         }
         func selection() throws -> Selection {
             if all {
@@ -89,7 +96,7 @@ struct InspectorCommand {
                 return .all
             }
             guard positionals.count == 1 else { throw InspectorError.usage("\(name) needs a record identifier or --all") }
-            return .one(id: positionals.removeFirst())
+            return .one(id: Self.normalizedIdentifier(positionals.removeFirst()))
         }
         switch name {
         case "list": action = .list

@@ -15,44 +15,78 @@ enum RecordPresentation {
         date.map { .string(text($0)) } ?? .null
     }
 
-    /// When the record runs next: its retry date, else its not-before date, else now.
-    static func nextAttempt(of record: OperationRecord) -> Date? {
-        record.nextAttemptAt ?? record.notBefore
+    /// When the record runs next: `-` while an attempt runs, else its retry date, else its
+    /// not-before date, else `now`.
+    static func nextAttemptText(of record: StoredOperationRecord) -> String {
+        if record.state == .running { return "-" }
+        return (record.nextAttemptAt ?? record.notBefore).map(text) ?? "now"
     }
 
-    /// The fields `list` and `failed` show, in a stable order.
-    static func summary(of record: OperationRecord) -> JSONValue {
+    /// When the record runs next, for JSON: `null` while an attempt runs or when it is due.
+    static func nextAttempt(of record: StoredOperationRecord) -> Date? {
+        record.state == .running ? nil : record.nextAttemptAt ?? record.notBefore
+    }
+
+    /// A state's stable name (the same in tables and JSON); `-` for a failed record.
+    static func name(of state: PersistentOperationInfo.State?) -> String {
+        switch state {
+        case .scheduled: "scheduled"
+        case .queued: "queued"
+        case .running: "running"
+        case .waitingToRetry: "waitingToRetry"
+        case .waitingForPrerequisites: "waitingForPrerequisites"
+        case nil: "-"
+        }
+    }
+
+    static func ids(_ ids: [PersistentOperationID]) -> JSONValue {
+        .array(ids.map { .string($0.rawValue) })
+    }
+
+    static func tagsText(_ tags: Set<String>) -> String {
+        tags.isEmpty ? "-" : tags.sorted().joined(separator: ",")
+    }
+
+    /// The fields `list` and `failed` show, in a stable order. `attempts` counts the attempts
+    /// started, in-flight ones included.
+    static func summary(of record: StoredOperationRecord) -> JSONValue {
         .object([
-            ("id", .string(record.id)),
+            ("id", .string(record.id.rawValue)),
             ("type", .string(record.typeIdentifier)),
+            ("state", record.state == nil ? .null : .string(name(of: record.state))),
             ("priority", .integer(Int64(record.priority))),
             ("retries", .integer(Int64(record.numberOfRetries))),
             ("attempts", .integer(Int64(record.numberOfAttempts))),
+            ("attemptsInFlight", .integer(Int64(record.attemptsInFlight))),
             ("nextAttempt", json(nextAttempt(of: record))),
-            ("tags", .array(record.tags.map { .string($0) })),
+            ("tags", .array(record.tags.sorted().map { .string($0) })),
             ("uniqueKey", .string(record.uniqueKey)),
             ("failureReason", .string(record.failureReason)),
+            ("prerequisites", ids(record.prerequisites)),
         ])
     }
 
     /// Every field of the record, and its payload decoded generically (see ``payload(of:)``).
-    static func details(of record: OperationRecord, area: String, attemptsInFlight: Int) -> JSONValue {
+    static func details(of record: StoredOperationRecord) -> JSONValue {
         .object([
-            ("id", .string(record.id)),
-            ("area", .string(area)),
+            ("id", .string(record.id.rawValue)),
+            ("area", .string(record.area.rawValue)),
+            ("state", record.state == nil ? .null : .string(name(of: record.state))),
             ("formatVersion", .integer(Int64(record.formatVersion))),
             ("type", .string(record.typeIdentifier)),
             ("priority", .integer(Int64(record.priority))),
             ("enqueueSequence", .unsignedInteger(record.enqueueSequence)),
             ("enqueuedAt", json(record.enqueuedAt)),
             ("notBefore", json(record.notBefore)),
-            ("tags", .array(record.tags.map { .string($0) })),
+            ("tags", .array(record.tags.sorted().map { .string($0) })),
             ("uniqueKey", .string(record.uniqueKey)),
             ("retries", .integer(Int64(record.numberOfRetries))),
             ("attempts", .integer(Int64(record.numberOfAttempts))),
             ("nextAttemptAt", json(record.nextAttemptAt)),
-            // The larger of the count saved in the record and the count of the attempt marker.
-            ("attemptsInFlight", .integer(Int64(max(record.attemptsInFlight, attemptsInFlight)))),
+            ("attemptsInFlight", .integer(Int64(record.attemptsInFlight))),
+            ("prerequisites", ids(record.prerequisites)),
+            ("dependents", ids(record.dependents)),
+            ("failedPrerequisite", .string(record.failedPrerequisite?.rawValue)),
             ("lastError", .string(record.lastErrorDescription)),
             ("failureReason", .string(record.failureReason)),
             ("payloadBytes", .integer(Int64(record.payload.count))),
@@ -66,7 +100,7 @@ enum RecordPresentation {
     /// before it builds any value; no Foundation decoder sees them. Payloads are stored inside
     /// a one-key wrapper (`value`), which is removed here. Unverifiable bytes give
     /// `{"unreadable": reason}`.
-    static func payload(of record: OperationRecord) -> JSONValue {
+    static func payload(of record: StoredOperationRecord) -> JSONValue {
         let value: PropertyListValue
         do {
             value = try BinaryPropertyListReader.value(from: record.payload)

@@ -4,38 +4,41 @@ import PersistentOperations
 /// The reading commands: `list`, `show` and `failed`.
 extension StoreInspector {
     /// Prints the pending records in run order, then the entries that could not be read.
+    /// ATTEMPTS counts the attempts started, the one running included.
     ///
-    ///     ID                                    TYPE         PRIORITY  RETRIES  ATTEMPTS  NEXT ATTEMPT              TAGS  UNIQUE KEY
-    ///     0B9D…                                 demo.upload  0         1        2         2025-11-21T21:28:00.125Z  -     upload-1
+    ///     ID                                    TYPE         STATE    PRIORITY  RETRIES  ATTEMPTS  NEXT ATTEMPT  TAGS  UNIQUE KEY
+    ///     0B9D…                                 demo.upload  running  0         1        2         -             -     upload-1
     func list() throws {
-        let report = try readOnlyStore().loadPending()
+        let list = try readOnlyStore().pendingRecords()
         if json {
             print(JSONValue.object([
                 ("store", .string(store.path)),
-                ("pending", .array(report.records.map(RecordPresentation.summary))),
-                ("unreadable", .array(Self.json(report.skipped, area: "pending"))),
+                ("pending", .array(list.records.map(RecordPresentation.summary))),
+                ("unreadable", .array(Self.json(list.unreadable, area: "pending"))),
             ]).rendered(pretty: true))
             return
         }
-        var table = TextTable(headers: ["ID", "TYPE", "PRIORITY", "RETRIES", "ATTEMPTS", "NEXT ATTEMPT", "TAGS", "UNIQUE KEY"])
-        for record in report.records {
+        var table = TextTable(headers: ["ID", "TYPE", "STATE", "PRIORITY", "RETRIES", "ATTEMPTS", "NEXT ATTEMPT", "TAGS", "UNIQUE KEY"])
+        for record in list.records {
             table.append([
-                record.id, record.typeIdentifier, "\(record.priority)", "\(record.numberOfRetries)", "\(record.numberOfAttempts)",
-                RecordPresentation.nextAttempt(of: record).map(RecordPresentation.text) ?? "now",
-                record.tags.isEmpty ? "-" : record.tags.joined(separator: ","), record.uniqueKey ?? "-",
+                record.id.rawValue, record.typeIdentifier, RecordPresentation.name(of: record.state),
+                "\(record.priority)", "\(record.numberOfRetries)", "\(record.numberOfAttempts)",
+                RecordPresentation.nextAttemptText(of: record),
+                RecordPresentation.tagsText(record.tags), record.uniqueKey ?? "-",
             ])
         }
-        print("\(report.records.count) pending \(report.records.count == 1 ? "record" : "records") in \(store.path)")
-        if !report.records.isEmpty { print(table.rendered()) }
-        printUnreadable(report.skipped, area: "pending")
+        print("\(list.records.count) pending \(list.records.count == 1 ? "record" : "records") in \(store.path)")
+        if !list.records.isEmpty { print(table.rendered()) }
+        printUnreadable(list.unreadable, area: "pending")
     }
 
-    /// Prints every field of one pending or failed record, and its payload.
+    /// Prints every field of one pending or failed record, and its payload. `id` is
+    /// already in its stored (uppercase) form when it is an identifier at all.
     func show(_ id: String) throws {
         let reader = try readOnlyStore()
-        for (area, report) in [("pending", try reader.loadPending()), ("failed", try reader.loadFailed())] {
-            if let record = report.records.first(where: { $0.id == id }) {
-                let details = RecordPresentation.details(of: record, area: area, attemptsInFlight: reader.attemptsInFlight()[id] ?? 0)
+        for (area, list) in [("pending", try reader.pendingRecords()), ("failed", try reader.failedRecords())] {
+            if let record = list.records.first(where: { $0.id.rawValue == id }) {
+                let details = RecordPresentation.details(of: record)
                 if json {
                     print(details.rendered(pretty: true))
                 } else if case .object(let members) = details {
@@ -51,7 +54,7 @@ extension StoreInspector {
                 }
                 return
             }
-            if let entry = report.skipped.first(where: { $0.name.hasPrefix(id) }) {
+            if let entry = list.unreadable.first(where: { $0.name.uppercased().hasPrefix(id.uppercased()) }) {
                 throw InspectorError.failure("the \(area) record \(entry.name) cannot be read: \(entry.reason)")
             }
         }
@@ -60,30 +63,30 @@ extension StoreInspector {
 
     /// Prints the failed area: each record with the reason it failed.
     func failed() throws {
-        let report = try readOnlyStore().loadFailed()
+        let list = try readOnlyStore().failedRecords()
         if json {
             print(JSONValue.object([
                 ("store", .string(store.path)),
-                ("failed", .array(report.records.map(RecordPresentation.summary))),
-                ("unreadable", .array(Self.json(report.skipped, area: "failed"))),
+                ("failed", .array(list.records.map(RecordPresentation.summary))),
+                ("unreadable", .array(Self.json(list.unreadable, area: "failed"))),
             ]).rendered(pretty: true))
             return
         }
         var table = TextTable(headers: ["ID", "TYPE", "RETRIES", "ATTEMPTS", "TAGS", "UNIQUE KEY", "REASON"])
-        for record in report.records {
+        for record in list.records {
             table.append([
-                record.id, record.typeIdentifier, "\(record.numberOfRetries)", "\(record.numberOfAttempts)",
-                record.tags.isEmpty ? "-" : record.tags.joined(separator: ","), record.uniqueKey ?? "-",
+                record.id.rawValue, record.typeIdentifier, "\(record.numberOfRetries)", "\(record.numberOfAttempts)",
+                RecordPresentation.tagsText(record.tags), record.uniqueKey ?? "-",
                 record.failureReason ?? "-",
             ])
         }
-        print("\(report.records.count) failed \(report.records.count == 1 ? "record" : "records") in \(store.path)")
-        if !report.records.isEmpty { print(table.rendered()) }
-        printUnreadable(report.skipped, area: "failed")
+        print("\(list.records.count) failed \(list.records.count == 1 ? "record" : "records") in \(store.path)")
+        if !list.records.isEmpty { print(table.rendered()) }
+        printUnreadable(list.unreadable, area: "failed")
     }
 
     /// Prints entries a read-only load left where they are, when there are any.
-    func printUnreadable(_ entries: [LoadReport.Entry], area: String) {
+    func printUnreadable(_ entries: [ReadOnlyPersistentStore.UnreadableEntry], area: String) {
         guard !entries.isEmpty else { return }
         print("\(entries.count) unreadable \(entries.count == 1 ? "entry" : "entries"), left in place (an app that opens the store quarantines corrupt ones):")
         for line in Self.lines(entries, area: area) { print(line) }

@@ -9,10 +9,10 @@ import Darwin
 
 /// Runs one inspector command against a store directory.
 ///
-/// Reading commands use a read-only `RecordStore`: it takes no lock and never writes, and it
-/// reports entries that fail verification as skipped instead of quarantining them, so they are
-/// safe while an app holds the store. Changing commands open the store read-write, which takes
-/// its lock.
+/// Reading commands use the library's public `ReadOnlyPersistentStore`: it takes no lock and
+/// never writes, and it reports entries that fail verification as unreadable instead of
+/// quarantining them, so they are safe while an app holds the store. Changing commands open
+/// the store read-write, which takes its lock.
 struct StoreInspector {
     var store: URL
     /// Whether to print JSON instead of tables.
@@ -40,8 +40,8 @@ struct StoreInspector {
     }
 
     /// A store opened read-only.
-    func readOnlyStore() throws -> RecordStore {
-        try RecordStore(directory: store, access: .readOnly)
+    func readOnlyStore() throws -> ReadOnlyPersistentStore {
+        try ReadOnlyPersistentStore(directory: store)
     }
 
     /// A store opened read-write (taking its lock), for changing commands.
@@ -81,7 +81,7 @@ struct StoreInspector {
     }
 
     /// Entries a read-only load could not use, as JSON.
-    static func json(_ entries: [LoadReport.Entry], area: String) -> [JSONValue] {
+    static func json(_ entries: [ReadOnlyPersistentStore.UnreadableEntry], area: String) -> [JSONValue] {
         entries.map { entry in
             .object([
                 ("area", .string(area)), ("name", .string(entry.name)),
@@ -91,7 +91,7 @@ struct StoreInspector {
     }
 
     /// Entries a read-only load could not use, as text lines.
-    static func lines(_ entries: [LoadReport.Entry], area: String) -> [String] {
+    static func lines(_ entries: [ReadOnlyPersistentStore.UnreadableEntry], area: String) -> [String] {
         entries.map { "  \(area)/\($0.name): \($0.reason)" }
     }
 }

@@ -28,3 +28,32 @@ struct CrashDemoTests {
         #expect(result.error.contains("unknown option \"--frobnicate\""))
     }
 }
+
+@Suite("Crash demo: stopping after the kill", .timeLimit(.minutes(2)))
+struct CrashDemoStopAfterKillTests {
+    @Test func stopAfterKillLeavesTheUnfinishedUploadsPendingForTheInspector() async throws {
+        // Given a kept store
+        let directory = try TemporaryDirectory()
+        let store = directory.url.appendingPathComponent("demo-store").path
+        // When the demo runs with one kill and --stop-after-kill
+        let result = try await onDedicatedThread {
+            try ChildApp.run("crash-demo", ["--count", "8", "--kills", "1", "--store", store, "--stop-after-kill", "--attempt-ms", "30"], timeout: 60)
+        }
+        // Then it stops after the kill without relaunching the app, and says what is pending
+        #expect(result.status == 0, "\(result.output)\n\(result.error)")
+        #expect(result.output.contains("*** SIGKILL app"))
+        #expect(!result.output.contains("[launch 2]"))
+        #expect(result.output.contains("Stopped after the last SIGKILL"))
+        // And the inspector lists the unfinished uploads, the interrupted ones with their attempt
+        let list = try await StoreInspectorTests.inspect("list", store, "--json")
+        let pending = try #require(try list.json()["pending"] as? [[String: Any]])
+        #expect(!pending.isEmpty)
+        #expect(pending.contains { ($0["attemptsInFlight"] as? Int ?? 0) > 0 && ($0["attempts"] as? Int ?? 0) > 0 })
+    }
+
+    @Test func stopAfterKillNeedsAKeptStore() async throws {
+        let result = try await onDedicatedThread { try ChildApp.run("crash-demo", ["--stop-after-kill"]) }
+        #expect(result.status == 2)
+        #expect(result.error.contains("--stop-after-kill needs --store DIR"))
+    }
+}

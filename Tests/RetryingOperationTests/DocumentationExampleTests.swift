@@ -303,8 +303,9 @@ struct DocumentationExampleTests {
             clock.advance(by: 10)                           // the retry runs now
         }
 
-        // Then it gave up with the server's error after three attempts
-        #expect(await upload.finalOutcome.error is ServerBusy)
+        // Then it gave up after three attempts, the server's error the last one's
+        let error = await upload.finalOutcome.error as? RetryingOperationError
+        #expect(error?.code == .retryLimitReached && error?.underlyingError is ServerBusy)
         #expect(upload.numberOfAttempts == 3)
     }
     // end snippet

@@ -15,7 +15,7 @@ struct RetryDecisionTests {
     }
 
     @Test(arguments: [false, true])
-    func policyRetriesRetriableErrorsUntilItsLimitThenFailsWithTheLastError(asynchronous: Bool) async {
+    func policyRetriesRetriableErrorsUntilItsLimitThenFailsWithRetryLimitReachedCarryingTheLastError(asynchronous: Bool) async {
         // Given an operation that always fails with a retriable error, under a policy of
         // two retries 3 s apart
         let clock = ManualRetryScheduler()
@@ -28,8 +28,11 @@ struct RetryDecisionTests {
         clock.advance(by: 3)
         await clock.waitForScheduledRetries(count: 1)
         clock.advance(by: 3)
-        // Then it made 3 attempts (2 retries) and failed with the attempt's error
-        #expect(await operation.finalOutcome.error as? TestError == TestError("flaky"))
+        // Then it made 3 attempts (2 retries) and failed with retryLimitReached carrying
+        // the last attempt's error
+        let error = await operation.finalOutcome.error as? RetryingOperationError
+        #expect(error?.code == .retryLimitReached)
+        #expect(error?.underlyingError as? TestError == TestError("flaky"))
         #expect(operation.numberOfAttempts == 3)
         #expect(clock.totalScheduledCount == 2)
     }

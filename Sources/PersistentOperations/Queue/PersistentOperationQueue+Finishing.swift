@@ -68,7 +68,7 @@ extension PersistentOperationQueue {
     func forget(_ id: String, ending: Entry.Ending? = nil) {
         struct Forgotten {
             var slot: AttemptSlot?
-            var waiters: [CheckedContinuation<Void, Never>] = []
+            var waiters: [EmptyWaiter] = []
             var unblocked: [(id: String, due: Date?)] = []
             var emptyBatch: String?
             var released: [Operation] = []

@@ -33,6 +33,8 @@ extension PersistentOperationQueue {
     func trackRestored(_ record: OperationRecord, attemptsInFlight: Int) {
         var record = record
         record.payload = Data()
+        // Attempts that were in flight when an earlier launch died were started too.
+        record.numberOfAttempts += attemptsInFlight
         let entry = Entry(record: record, operation: nil, attemptsInFlight: attemptsInFlight)
         state.withLock { state in
             state.entries[record.id] = entry
@@ -109,9 +111,9 @@ extension PersistentOperationQueue {
         built.queuePriority = Operation.QueuePriority(rawValue: record.priority) ?? .normal
         if let retrying = built as? RetryingOperation {
             // Only restored and re-queued entries are built here (added operations come
-            // built), and before their first attempt, so the record and the count of attempts
-            // in flight at the crash are still as the restore or the requeue left them.
-            let attempts = record.numberOfAttempts + entry.attemptsInFlight
+            // built), and before their first attempt, so the record (whose attempts include
+            // those in flight at the crash) is still as the restore or the requeue left it.
+            let attempts = record.numberOfAttempts
             retrying.restoreProgress(RetryingOperation.RestoredProgress(
                 numberOfRetries: record.numberOfRetries,
                 numberOfAttempts: attempts,

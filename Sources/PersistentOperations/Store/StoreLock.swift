@@ -45,7 +45,7 @@ package final class StoreLock: Sendable {
             if let error = error as? SystemCallError, error.code == EWOULDBLOCK {
                 throw PersistenceError(
                     .locked,
-                    "The store is already open\(holder). Only one process, and one store instance within it, may open a store for writing at a time; close the other instance, or open this one read-only to inspect it.",
+                    "The store is already open\(holder). Only one process, and one store instance within it, may open a store for writing at a time; close the other instance, or open the store read-only to inspect it (ReadOnlyPersistentStore or store-inspector, which take no lock).",
                     fileURL: url, underlyingError: error
                 )
             }

@@ -114,13 +114,14 @@ print("outcome: \(missing.outcome!), attempts: \(missing.numberOfAttempts)")
 precondition(missing.outcome?.error as? GreetingError == .notFound)
 precondition(missing.numberOfAttempts == 1)
 
-//: A retriable error stops being retried when the policy's limit is reached: one attempt plus three retries.
+//: A retriable error stops being retried when the policy's limit is reached: one attempt plus three retries. The outcome is then a `RetryingOperationError` with code `retryLimitReached`, carrying the last attempt's error — the shape every kind of retrying operation gives up in.
 print("A server that stays busy:")
 let overloaded = FetchGreetingOperation(server: FakeGreetingServer(answers: [.failure(.busy)]))
 queue.addOperation(overloaded)
 queue.waitUntilAllOperationsAreFinished()
 print("outcome: \(overloaded.outcome!), attempts: \(overloaded.numberOfAttempts)")
-precondition(overloaded.outcome?.error as? GreetingError == .busy)
+let gaveUp = overloaded.outcome?.error as? RetryingOperationError
+precondition(gaveUp?.code == .retryLimitReached && gaveUp?.underlyingError as? GreetingError == .busy)
 precondition(overloaded.numberOfAttempts == 4)
 
 /*:

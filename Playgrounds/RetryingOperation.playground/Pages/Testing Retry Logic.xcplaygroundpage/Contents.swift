@@ -82,7 +82,7 @@ for expectedDelay: TimeInterval in [1, 2, 4] {
 }
 queue.waitUntilAllOperationsAreFinished()
 print("outcome: \(charge.outcome!), attempts: \(charge.numberOfAttempts)")
-precondition(charge.outcome?.error is GatewayTimeout)
+precondition((charge.outcome?.error as? RetryingOperationError)?.underlyingError is GatewayTimeout)
 precondition(charge.numberOfAttempts == 4)
 
 //: Seven seconds passed on the test clock; almost none passed for real.

@@ -1,0 +1,230 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A read-only view of a store directory: lists, shows and counts its records while another
+/// process — or a ``PersistentOperationQueue`` in this one — holds the store.
+///
+/// It takes no lock and never writes: no file is created, changed, moved or deleted, not even
+/// a corrupt one (it is reported in ``RecordList/unreadable`` and left for the queue that
+/// opens the store to quarantine). `store-inspector`'s reading commands use it. Each call
+/// reads the directory afresh; a store changing meanwhile may be seen halfway through a
+/// change (a record being moved to the failed area can be missed or seen twice).
+///
+/// ```swift
+/// let store = try ReadOnlyPersistentStore(directory: storeURL)
+/// let pending = try store.pendingRecords()
+/// for record in pending.records {
+///     print(record.id, record.typeIdentifier, record.state.map { "\($0)" } ?? "-", record.numberOfAttempts)
+/// }
+/// for entry in pending.unreadable { print("unreadable \(entry.name): \(entry.reason)") }
+/// if let failed = try store.record(withID: id), failed.area == .failed {
+///     print("failed: \(failed.failureReason ?? "-")")
+/// }
+/// print(try store.counts())
+/// ```
+///
+/// To change a store — re-queue or purge failed records — open it with a
+/// ``PersistentOperationQueue``, which takes its lock.
+///
+/// Thread safety: every method may be called from any thread.
+public final class ReadOnlyPersistentStore: Sendable {
+    /// What reading one area found: its records and the entries that could not be read.
+    public struct RecordList: Sendable, Hashable {
+        /// The readable records. Pending records are in run order (priority, then enqueue
+        /// order); failed ones in enqueue order.
+        public var records: [StoredOperationRecord]
+        /// Entries that are not usable records, left in place.
+        public var unreadable: [UnreadableEntry]
+    }
+
+    /// An entry of the store that is not a usable record.
+    public struct UnreadableEntry: Sendable, Hashable {
+        /// The entry's file name in its area.
+        public var name: String
+        /// Why it cannot be used, for people.
+        public var reason: String
+        /// The kind of problem, such as ``PersistenceError/Code/corruptRecord``.
+        public var code: PersistenceError.Code
+    }
+
+    /// An entry of the quarantine area, with the reason it was moved there when one was
+    /// recorded.
+    public struct QuarantinedEntry: Sendable, Hashable {
+        /// The entry's name in the quarantine area.
+        public var name: String
+        /// Why it was quarantined.
+        public var reason: String?
+    }
+
+    /// How many records the store holds, by area.
+    public struct Counts: Sendable, Hashable {
+        /// Readable pending records.
+        public var pending = 0
+        /// Pending records running an attempt (``PersistentOperationInfo/State/running``).
+        public var running = 0
+        /// Readable failed records.
+        public var failed = 0
+        /// Entries of the quarantine area.
+        public var quarantined = 0
+        /// Entries of the pending and failed areas that cannot be read.
+        public var unreadable = 0
+        /// Readable pending records by type identifier.
+        public var pendingByType: [String: Int] = [:]
+        /// Readable failed records by type identifier.
+        public var failedByType: [String: Int] = [:]
+    }
+
+    /// The process a store's lock file names: the last process that opened the store for
+    /// writing.
+    public struct LockHolder: Sendable, Hashable {
+        /// Its process identifier.
+        public var processIdentifier: Int32
+        /// Whether a process with that identifier runs now (then it most likely holds the store).
+        public var isRunning: Bool
+    }
+
+    /// The store directory.
+    public let directory: URL
+    private let store: RecordStore
+
+    /// Opens the store at `directory` for reading, without taking its lock.
+    ///
+    /// ```swift
+    /// let store = try ReadOnlyPersistentStore(directory: storeURL)
+    /// ```
+    ///
+    /// - Throws: ``PersistenceError/Code/directoryUnavailable`` when `directory` does not exist.
+    public init(directory: URL) throws {
+        self.directory = directory
+        self.store = try RecordStore(directory: directory, access: .readOnly)
+    }
+
+    /// The pending records, in run order, and the pending entries that cannot be read.
+    ///
+    /// ```swift
+    /// for record in try store.pendingRecords().records where record.state == .running {
+    ///     print("\(record.id) is running attempt \(record.numberOfAttempts)")
+    /// }
+    /// ```
+    ///
+    /// - Throws: ``PersistenceError`` when the area cannot be listed.
+    public func pendingRecords() throws -> RecordList {
+        let report = try store.loadPending()
+        let markers = store.attemptsInFlight()
+        let isStoreHeld = isHeldByAProcess
+        let now = Date()
+        return RecordList(
+            records: StoredOperationRecord.linkingGraph(of: report.records.map {
+                StoredOperationRecord($0, area: .pending, markedAttemptsInFlight: markers[$0.id] ?? 0, isStoreHeld: isStoreHeld, now: now)
+            }),
+            unreadable: report.skipped.map(UnreadableEntry.init)
+        )
+    }
+
+    /// The failed records and the failed entries that cannot be read.
+    ///
+    /// ```swift
+    /// for record in try store.failedRecords().records {
+    ///     print(record.id, record.failureReason ?? "-")
+    /// }
+    /// ```
+    ///
+    /// - Throws: ``PersistenceError`` when the area cannot be listed.
+    public func failedRecords() throws -> RecordList {
+        let report = try store.loadFailed()
+        let now = Date()
+        return RecordList(
+            records: report.records.map { StoredOperationRecord($0, area: .failed, markedAttemptsInFlight: 0, isStoreHeld: false, now: now) },
+            unreadable: report.skipped.map(UnreadableEntry.init)
+        )
+    }
+
+    /// The pending or failed record with identifier `id`, or `nil` when there is none (or it
+    /// cannot be read: see ``pendingRecords()``).
+    ///
+    /// ```swift
+    /// if let id = PersistentOperationID("6f1c…"), let record = try store.record(withID: id) {
+    ///     print(record.area, record.typeIdentifier)
+    /// }
+    /// ```
+    public func record(withID id: PersistentOperationID) throws -> StoredOperationRecord? {
+        if let record = try pendingRecords().records.first(where: { $0.id == id }) { return record }
+        return try failedRecords().records.first { $0.id == id }
+    }
+
+    /// The entries of the quarantine area, sorted by name.
+    ///
+    /// ```swift
+    /// for entry in try store.quarantinedEntries() { print(entry.name, entry.reason ?? "-") }
+    /// ```
+    public func quarantinedEntries() throws -> [QuarantinedEntry] {
+        try store.quarantinedEntries().map { QuarantinedEntry(name: $0.name, reason: $0.reason) }
+    }
+
+    /// How many records each area holds.
+    ///
+    /// ```swift
+    /// let counts = try store.counts()
+    /// print("\(counts.pending) pending (\(counts.running) running), \(counts.failed) failed")
+    /// ```
+    public func counts() throws -> Counts {
+        let pending = try pendingRecords()
+        let failed = try failedRecords()
+        var counts = Counts()
+        counts.pending = pending.records.count
+        counts.running = pending.records.filter { $0.state == .running }.count
+        counts.failed = failed.records.count
+        counts.quarantined = try store.quarantinedEntryNames().count
+        counts.unreadable = pending.unreadable.count + failed.unreadable.count
+        for record in pending.records { counts.pendingByType[record.typeIdentifier, default: 0] += 1 }
+        for record in failed.records { counts.failedByType[record.typeIdentifier, default: 0] += 1 }
+        return counts
+    }
+
+    /// The process the store's lock file names, or `nil` when there is none. Reading the file
+    /// takes no lock; a process that is not running only says who held the store last.
+    ///
+    /// ```swift
+    /// if let holder = store.lockHolder, holder.isRunning { print("in use by \(holder.processIdentifier)") }
+    /// ```
+    public var lockHolder: LockHolder? {
+        guard let text = try? String(contentsOf: URL(fileURLWithPath: store.layout.lockPath), encoding: .utf8),
+              let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0 else { return nil }
+        return LockHolder(processIdentifier: pid, isRunning: kill(pid, 0) == 0 || errno == EPERM)
+    }
+}
+
+extension ReadOnlyPersistentStore {
+    /// Whether a process holds the store's lock now. On Linux, `/proc/locks` says so without
+    /// taking the lock (a `flock` on the lock file's inode); elsewhere the process the lock
+    /// file names must be running.
+    var isHeldByAProcess: Bool {
+        #if os(Linux)
+        var status = stat()
+        guard stat(store.layout.lockPath, &status) == 0,
+              let locks = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return false }
+        let device = UInt64(status.st_dev)
+        let major = ((device >> 8) & 0xfff) | ((device >> 32) & ~UInt64(0xfff))
+        let minor = (device & 0xff) | ((device >> 12) & ~UInt64(0xff))
+        // "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF": device in hex, inode in decimal.
+        let target = String(format: "%02llx:%02llx:%llu", major, minor, UInt64(status.st_ino))
+        return locks.split(separator: "\n").contains { line in
+            let fields = line.split(separator: " ")
+            return fields.contains("FLOCK") && fields.contains { $0 == target }
+        }
+        #else
+        return lockHolder?.isRunning == true
+        #endif
+    }
+}
+
+extension ReadOnlyPersistentStore.UnreadableEntry {
+    init(_ entry: LoadReport.Entry) {
+        self.init(name: entry.name, reason: entry.reason, code: entry.code)
+    }
+}

@@ -1,0 +1,159 @@
+import Foundation
+
+/// One record of a store directory as read from disk by a ``ReadOnlyPersistentStore``,
+/// without a live operation.
+///
+/// ```swift
+/// let store = try ReadOnlyPersistentStore(directory: storeURL)
+/// for record in try store.pendingRecords().records {
+///     print(record.id, record.typeIdentifier, record.state.map { "\($0)" } ?? "-", "attempts:", record.numberOfAttempts)
+/// }
+/// ```
+public struct StoredOperationRecord: Sendable, Hashable {
+    /// The area of the store a record sits in.
+    public enum Area: String, Sendable, Hashable {
+        /// Not finished: it runs (again) when a queue restores the store.
+        case pending
+        /// The failed (dead-letter) area.
+        case failed
+    }
+
+    /// The record's identifier, the one a ``PersistentOperationQueue`` reports.
+    public var id: PersistentOperationID
+    /// Where the record sits.
+    public var area: Area
+    /// The type's ``PersistentOperation/persistenceIdentifier``.
+    public var typeIdentifier: String
+    /// For a pending record, where its operation is in its life as far as the files tell,
+    /// the same states ``PersistentOperationInfo/state`` reports:
+    /// ``PersistentOperationInfo/State/running`` while an attempt has started and not ended
+    /// (see ``attemptsInFlight``) and a running process holds the store — in a store no
+    /// process holds, such an attempt was interrupted and the record is due again —,
+    /// ``PersistentOperationInfo/State/waitingForPrerequisites`` while one of its
+    /// ``prerequisites`` is pending, ``PersistentOperationInfo/State/waitingToRetry`` until a
+    /// future ``nextAttemptAt``, ``PersistentOperationInfo/State/scheduled`` until a future
+    /// ``notBefore``, otherwise ``PersistentOperationInfo/State/queued`` (due). `nil` for a
+    /// failed record.
+    public var state: PersistentOperationInfo.State?
+    /// The saved priority: the raw value of the operation's `queuePriority` (as stored, so
+    /// a value no `Operation.QueuePriority` case has is shown as it is).
+    public var priority: Int
+    /// When the operation was first added.
+    public var enqueuedAt: Date
+    /// The not-before date it was added with.
+    public var notBefore: Date?
+    /// When the next attempt is due, after a retry was scheduled.
+    public var nextAttemptAt: Date?
+    /// The tags it was added with.
+    public var tags: Set<String>
+    /// The unique key it was added with.
+    public var uniqueKey: String?
+    /// Counted retries saved so far.
+    public var numberOfRetries: Int
+    /// Attempts started so far, across launches, including those in flight — the number
+    /// ``PersistentOperationInfo/numberOfAttempts`` reports.
+    public var numberOfAttempts: Int
+    /// Attempts that started and have not ended: running now when an app holds the store,
+    /// otherwise interrupted by the end of the process (they run again, as retries, after the
+    /// next restore). Crash-loop protection counts them.
+    public var attemptsInFlight: Int
+    /// The error of the last failed attempt, as text.
+    public var lastErrorDescription: String?
+    /// Why a failed record failed.
+    public var failureReason: String?
+    /// The record format version of the file.
+    public var formatVersion: Int
+    /// The order of the add among all adds to the store; with ``priority``, the run order.
+    public var enqueueSequence: UInt64
+    /// The operations that must succeed before this one starts (see <doc:OperationGraphs>).
+    public var prerequisites: [PersistentOperationID] = []
+    /// The pending records that wait for this one (filled in for pending records).
+    public var dependents: [PersistentOperationID] = []
+    /// For a failed record, the prerequisite whose failure failed it.
+    public var failedPrerequisite: PersistentOperationID?
+    /// The payload as stored: a binary property list holding the encoded payload. Decode it
+    /// with ``decodePayload(as:)``, which verifies it first.
+    public var payload: Data
+
+    /// The payload decoded as `type`'s payload, after verifying its bytes (no unverified byte
+    /// reaches a decoder).
+    ///
+    /// ```swift
+    /// let upload = try record.decodePayload(as: UploadOperation.self)
+    /// print(upload.file)
+    /// ```
+    ///
+    /// - Throws: ``PersistenceError/Code/corruptRecord`` when the bytes fail verification or
+    ///   do not decode as `type`'s payload.
+    public func decodePayload<Op: PersistentOperation>(as type: Op.Type) throws -> Op.Payload {
+        try RecordFormat.decodePayload(Op.Payload.self, from: payload)
+    }
+}
+
+extension StoredOperationRecord {
+    /// A record as read from `area`, with the attempts in flight its marker counts.
+    /// `isStoreHeld`: whether a running process holds the store, so that an attempt in
+    /// flight is running rather than interrupted.
+    init(_ record: OperationRecord, area: Area, markedAttemptsInFlight: Int, isStoreHeld: Bool, now: Date) {
+        // The record counts attempts up to its last save; the marker (or, for a record moved
+        // aside by crash-loop protection, the record itself) counts those started since.
+        let inFlight = max(record.attemptsInFlight, markedAttemptsInFlight)
+        let state: PersistentOperationInfo.State?
+        switch area {
+        case .failed: state = nil
+        case .pending:
+            if inFlight > 0 && isStoreHeld {
+                state = .running
+            } else if let next = record.nextAttemptAt, next > now {
+                state = .waitingToRetry
+            } else if let notBefore = record.notBefore, notBefore > now {
+                state = .scheduled
+            } else {
+                state = .queued
+            }
+        }
+        self.init(
+            id: PersistentOperationID(record: record.id),
+            area: area,
+            typeIdentifier: record.typeIdentifier,
+            state: state,
+            priority: record.priority,
+            enqueuedAt: record.enqueuedAt,
+            notBefore: record.notBefore,
+            nextAttemptAt: record.nextAttemptAt,
+            tags: Set(record.tags),
+            uniqueKey: record.uniqueKey,
+            numberOfRetries: record.numberOfRetries,
+            numberOfAttempts: record.numberOfAttempts + inFlight,
+            attemptsInFlight: inFlight,
+            lastErrorDescription: record.lastErrorDescription,
+            failureReason: record.failureReason,
+            formatVersion: record.formatVersion,
+            enqueueSequence: record.enqueueSequence,
+            prerequisites: record.prerequisites.map(PersistentOperationID.init(record:)),
+            failedPrerequisite: record.failedPrerequisite.map(PersistentOperationID.init(record:)),
+            payload: record.payload
+        )
+    }
+
+    /// Marks pending records waiting for a pending prerequisite, and lists each record's
+    /// pending dependents.
+    static func linkingGraph(of records: [StoredOperationRecord]) -> [StoredOperationRecord] {
+        guard records.contains(where: { !$0.prerequisites.isEmpty }) else { return records }
+        let pending = Set(records.map(\.id))
+        var dependents: [PersistentOperationID: [PersistentOperationID]] = [:]
+        for record in records {
+            for prerequisite in record.prerequisites where pending.contains(prerequisite) {
+                dependents[prerequisite, default: []].append(record.id)
+            }
+        }
+        return records.map { record in
+            var record = record
+            record.dependents = dependents[record.id] ?? []
+            if record.state != .running, record.prerequisites.contains(where: pending.contains) {
+                record.state = .waitingForPrerequisites
+            }
+            return record
+        }
+    }
+}

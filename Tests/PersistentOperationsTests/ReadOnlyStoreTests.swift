@@ -1,0 +1,189 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// `ReadOnlyPersistentStore`, and attempts in flight reported the same way by the queue's
+/// queries, the read-only view and `store-inspector`.
+@Suite("Read-only store and attempts in flight", .timeLimit(.minutes(3)))
+struct ReadOnlyStoreTests {
+    @Test func aRestoredRecordCountsTheAttemptThatWasInFlightWhenItsLaunchDied() async throws {
+        // Given a store whose record's first attempt was in flight when its process died
+        let directory = try TemporaryDirectory()
+        let record = try Self.uploadRecord(name: "interrupted", journal: UUID().uuidString)
+        do {
+            let store = try RecordStore(directory: directory.store)
+            try store.add(record)
+            try store.setAttemptsInFlight(1, forRecord: record.id)
+            store.close()
+        }
+        // When the read-only view reads it (no process holds the store)
+        let stored = try #require(try ReadOnlyPersistentStore(directory: directory.store).pendingRecords().records.first)
+        // Then it counts the interrupted attempt, and the record is due again, not running
+        #expect(stored.numberOfAttempts == 1 && stored.attemptsInFlight == 1)
+        #expect(stored.state == .queued)
+
+        // When a queue restores it on a suspended OperationQueue, so it does not start yet
+        let fixture = try QueueFixture(suspended: true, directory: directory)
+        try fixture.queue.restore()
+        // Then its query counts the attempt started by the launch that died
+        let info = try #require(fixture.queue.operations().first)
+        #expect(info.numberOfAttempts == 1)
+        #expect(info.state == .queued)
+        fixture.queue.cancelAllOperations()
+        await fixture.queue.allOperationsFinished()
+    }
+
+    @Test func aSecondAttemptRunningIsReportedAsRunningAttemptTwoByTheQueueTheViewAndTheInspector() async throws {
+        // Given an operation whose first attempt asked for a retry and whose second hangs
+        let fixture = try QueueFixture()
+        let upload = fixture.upload("second", [.retry, .hang], retryDelay: 5)
+        let result = try fixture.queue.addOperation(upload, options: EnqueueOptions())
+        await fixture.clock.waitForScheduledRetries(count: 1)
+        fixture.clock.advance(by: 5)
+        while fixture.lines.count < 2 { await Task.yield() }
+        let before = try Self.files(in: fixture.directory.store)
+
+        // When the queue, a read-only view and the inspector report it
+        let info = try #require(fixture.queue.operation(withID: result.id))
+        let view = try ReadOnlyPersistentStore(directory: fixture.directory.store)
+        let stored = try #require(try view.record(withID: result.id))
+        let list = try await StoreInspectorTests.inspect("list", fixture.directory.store.path, "--json")
+        let table = try await StoreInspectorTests.inspect("list", fixture.directory.store.path)
+        let shown = try await StoreInspectorTests.inspect("show", fixture.directory.store.path, result.id.rawValue, "--json")
+
+        // Then each says running, two attempts started, one retry
+        #expect(info.state == .running && info.numberOfAttempts == 2 && info.numberOfRetries == 1)
+        #expect(stored.state == .running && stored.numberOfAttempts == 2 && stored.numberOfRetries == 1)
+        #expect(stored.attemptsInFlight == 1)
+        #expect(try view.counts().running == 1)
+        let summary = try #require((try list.json()["pending"] as? [[String: Any]])?.first)
+        #expect(summary["state"] as? String == "running")
+        #expect(summary["attempts"] as? Int == 2)
+        #expect(summary["nextAttempt"] is NSNull)
+        #expect(table.output.contains("STATE") && table.output.contains("running"))
+        let details = try shown.json()
+        #expect(details["state"] as? String == "running")
+        #expect(details["attempts"] as? Int == 2)
+        #expect(details["attemptsInFlight"] as? Int == 1)
+        // And reading changed nothing on disk
+        #expect(try Self.files(in: fixture.directory.store) == before)
+
+        fixture.queue.cancelAllOperations()
+        await fixture.queue.allOperationsFinished()
+    }
+
+    @Test func theViewReadsAStoreAnotherProcessHoldsAndNeverWrites() async throws {
+        // Given a store with a pending record due later, a failed record and a corrupt file
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        var later = try makeRecord(index: 1)
+        later.notBefore = Date().addingTimeInterval(3600)
+        let failed = try makeRecord(index: 2)
+        try store.add(later)
+        try store.add(failed)
+        _ = try store.moveToFailed(failed, reason: "403 upload refused")
+        store.close()
+        let corrupt = "00000000-0000-4000-8000-000000000002.record"
+        try Data("garbage".utf8).write(to: directory.store.appendingPathComponent("pending/\(corrupt)"))
+        // And another process holding it
+        let pipe = Pipe()
+        let holder = try ChildApp.launch(["hold", "--store", directory.store.path], output: pipe.fileHandleForWriting)
+        defer {
+            kill(holder.processIdentifier, SIGKILL)
+            holder.waitUntilExit()
+        }
+        let line = try await onDedicatedThread { String(decoding: pipe.fileHandleForReading.availableData, as: UTF8.self) }
+        #expect(line.hasPrefix("holding"))
+        let before = try Self.files(in: directory.store)
+
+        // When the read-only view lists, shows and counts it
+        let view = try ReadOnlyPersistentStore(directory: directory.store)
+        let pending = try view.pendingRecords()
+        let failedList = try view.failedRecords()
+        let lowercased = try #require(PersistentOperationID(failed.id.lowercased()))
+        let shown = try view.record(withID: lowercased)
+        let counts = try view.counts()
+
+        // Then it sees every record with its fields, reports the corrupt file, names the holder
+        #expect(pending.records.map(\.id.rawValue) == [later.id])
+        #expect(pending.records.first?.state == .scheduled)
+        #expect(try pending.records.first?.decodePayload(as: SampleOperation.self) == SamplePayload.example.with(attempt: 1))
+        #expect(pending.unreadable.map(\.name) == [corrupt])
+        #expect(failedList.records.map(\.failureReason) == ["403 upload refused"])
+        #expect(shown?.area == .failed && shown?.id.rawValue == failed.id)
+        #expect(counts == ReadOnlyPersistentStore.Counts(
+            pending: 1, running: 0, failed: 1, quarantined: 0, unreadable: 1,
+            pendingByType: ["com.example.upload": 1], failedByType: ["com.example.upload": 1]
+        ))
+        #expect(view.lockHolder == ReadOnlyPersistentStore.LockHolder(processIdentifier: holder.processIdentifier, isRunning: true))
+        // And nothing on disk changed: no lock taken, the corrupt file left in place
+        #expect(try Self.files(in: directory.store) == before)
+    }
+
+    @Test func anIdentifierTypedInLowercaseNamesTheSameRecord() async throws {
+        // Given a store with a failed record
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let record = try makeRecord(index: 1)
+        try store.add(record)
+        _ = try store.moveToFailed(record, reason: "refused")
+        store.close()
+        // When its identifier is typed in lowercase
+        let lowercase = record.id.lowercased()
+        let shown = try await StoreInspectorTests.inspect("show", directory.store.path, lowercase, "--json")
+        // Then it is the same identifier, and show finds the record
+        #expect(PersistentOperationID(lowercase)?.rawValue == record.id)
+        #expect(shown.status == 0, "\(shown.error)")
+        #expect(try shown.json()["id"] as? String == record.id)
+        #expect(try shown.json()["area"] as? String == "failed")
+    }
+
+    // MARK: Helpers
+
+    /// A record of a `ScriptedUpload`.
+    static func uploadRecord(name: String, journal: String) throws -> OperationRecord {
+        OperationRecord(
+            typeIdentifier: ScriptedUpload.persistenceIdentifier,
+            payload: try RecordFormat.encodePayload(UploadPayload(name: name, journal: journal, steps: [.succeed])),
+            enqueueSequence: 1,
+            enqueuedAt: Date()
+        )
+    }
+
+    /// Every file under `directory` with its contents and permissions, lock file included.
+    static func files(in directory: URL) throws -> [String: Data] {
+        var files: [String: Data] = [:]
+        let enumerator = FileManager.default.enumerator(atPath: directory.path)
+        while let name = enumerator?.nextObject() as? String {
+            let full = directory.appendingPathComponent(name).path
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: full, isDirectory: &isDirectory), !isDirectory.boolValue {
+                files[name] = try Data(contentsOf: URL(fileURLWithPath: full))
+            } else {
+                files[name + "/"] = Data()
+            }
+        }
+        return files
+    }
+}
+
+/// The operation type of `SamplePayload` records, to decode them.
+final class SampleOperation: Operation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "com.example.upload"
+    let payload: SamplePayload
+    init(payload: SamplePayload) { self.payload = payload }
+}
+
+extension SamplePayload {
+    func with(attempt: Int) -> SamplePayload {
+        var copy = self
+        copy.attempt = attempt
+        return copy
+    }
+}

@@ -1,0 +1,58 @@
+// What the documentation examples of `PersistentOperations` leave undefined: the app's own
+// types and objects they talk about, stubbed with the types the prose implies. Used by
+// scripts/doc-examples.py; compiled, never run.
+import Foundation
+import RetryingOperation
+import PersistentOperations
+
+/// Examples written inside a subclass run in a subclass of this.
+class ExampleOperation: RetryingOperation, @unchecked Sendable {
+    override var isAsynchronous: Bool { true }
+}
+
+struct Upload: Codable, Sendable {
+    var file: URL
+    var attempt: Int
+}
+
+final class UploadOperation: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "com.example.upload"
+    let payload: Upload
+    init(payload: Upload) { self.payload = payload; super.init() }
+    override var isAsynchronous: Bool { true }
+}
+
+struct Sync: Codable, Sendable { var since: Date? }
+
+final class SyncOperation: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "com.example.sync"
+    let payload: Sync
+    init(payload: Sync) { self.payload = payload; super.init() }
+    override var isAsynchronous: Bool { true }
+}
+
+final class Logger: Sendable {
+    func debug(_ text: String) {}
+    func warning(_ text: String) {}
+}
+struct Network: Sendable { var isReachable: Bool { true } }
+final class Badge: @unchecked Sendable { var value = 0 }
+
+var queue: PersistentOperationQueue { fatalError("compiled, never run") }
+var store: ReadOnlyPersistentStore { fatalError("compiled, never run") }
+var failed: FailedOperationInfo { fatalError("compiled, never run") }
+var record: StoredOperationRecord { fatalError("compiled, never run") }
+var operation: UploadOperation { UploadOperation(payload: upload) }
+var upload: Upload { Upload(file: photo, attempt: 0) }
+var payload: Upload { upload }
+var sync: Sync { Sync(since: nil) }
+var id: PersistentOperationID { PersistentOperationID("6F1C9A4E-2B7D-4C1E-9F3A-0D5E8B7C6A21")! }
+var storeURL: URL { URL(fileURLWithPath: "/tmp/uploads-store") }
+var appSupport: URL { URL(fileURLWithPath: "/tmp/Application Support") }
+var photo: URL { URL(fileURLWithPath: "/tmp/photo.jpg") }
+var uploads: OperationQueue { OperationQueue() }
+var tonight: Date { Date().addingTimeInterval(12 * 3600) }
+var logger: Logger { Logger() }
+var network: Network { Network() }
+var badge: Badge { Badge() }
+func upload(_ file: URL, completion: @escaping @Sendable ((any Error)?) -> Void) {}
