@@ -42,8 +42,9 @@ import Foundation
 ///
 /// An operation that is not a `RetryingOperation` tells the queue it finished through its
 /// `completionBlock`, which the queue chains to the one set before `addOperation`: set a
-/// `completionBlock` before adding the operation, never after. Dependencies between stored
-/// operations are not saved; order work with `queuePriority`.
+/// `completionBlock` before adding the operation, never after. Dependencies on other stored
+/// operations (`addDependency(_:)` before adding) are saved and honoured across launches: see
+/// <doc:OperationGraphs>.
 public protocol PersistentOperation: Operation {
     /// The value saved for the operation; everything needed to rebuild it.
     ///

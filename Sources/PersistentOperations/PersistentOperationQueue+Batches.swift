@@ -16,14 +16,14 @@ extension PersistentOperationQueue {
     /// Dependencies may point inside the batch, in any order, and to operations added before:
     ///
     /// ```swift
-    /// let album = CreateAlbum(payload: .init(name: "Hike"))
-    /// let uploads = photos.map { UploadPhoto(payload: .init(file: $0, album: "Hike")) }
-    /// let publish = PublishAlbum(payload: .init(name: "Hike"))
-    /// for upload in uploads {
+    /// let album = CreateAlbum(payload: AlbumPayload(name: "Hike"))
+    /// let photoUploads = photos.map { UploadPhoto(payload: PhotoPayload(file: $0, album: "Hike")) }
+    /// let publish = PublishAlbum(payload: AlbumPayload(name: "Hike"))
+    /// for upload in photoUploads {
     ///     upload.addDependency(album)
     ///     publish.addDependency(upload)
     /// }
-    /// let ids = try queue.addOperations([album] + uploads + [publish])
+    /// let ids = try queue.addOperations([album] + photoUploads + [publish])
     /// ```
     ///
     /// Unlike `OperationQueue.addOperations(_:waitUntilFinished:)`, it does not wait for the
@@ -43,7 +43,8 @@ extension PersistentOperationQueue {
     /// date and tags of `options`.
     ///
     /// ```swift
-    /// try queue.addOperations(uploads, options: EnqueueOptions(tags: ["album:42"]))
+    /// let photoUploads = photos.map { UploadPhoto(payload: PhotoPayload(file: $0, album: "Hike")) }
+    /// try queue.addOperations(photoUploads, options: EnqueueOptions(tags: ["album:Hike"]))
     /// ```
     ///
     /// `options` must have no unique key: a key names one operation, not a batch.

@@ -186,9 +186,11 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// one. See <doc:OperationGraphs>.
     ///
     /// ```swift
-    /// try queue.addOperation(album)
-    /// upload.addDependency(album)
-    /// try queue.addOperation(upload)              // starts once `album` has succeeded
+    /// let first = UploadOperation(payload: upload)
+    /// try queue.addOperation(first)
+    /// let then = SyncOperation(payload: sync)
+    /// then.addDependency(first)
+    /// try queue.addOperation(then)               // starts once `first` has succeeded
     /// ```
     ///
     /// - Throws: ``PersistenceError``: ``PersistenceError/Code/unknownType`` when the type

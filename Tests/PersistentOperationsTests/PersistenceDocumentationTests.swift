@@ -93,3 +93,92 @@ struct PersistenceDocumentationTests {
         #expect(!DocumentationServer.uploaded.withLock { $0.contains("IMG_0002.heic") })
     }
 }
+
+/// The album of the operation-graph examples.
+struct Album: Codable, Sendable {
+    var id: Int
+    var title: String
+}
+
+/// Creates an album on the documentation server (an example prerequisite).
+final class CreateAlbum: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "com.example.create-album"
+    let payload: Album
+    init(payload: Album) {
+        self.payload = payload
+        super.init()
+    }
+    override var isAsynchronous: Bool { false }
+    override func startBaseOperation(isRetry: Bool) {
+        DocumentationServer.uploaded.withLock { $0.append("create album \(payload.id)") }
+        baseOperationEnded()
+    }
+}
+
+/// Publishes an album once its photos are up (an example dependent).
+final class PublishAlbum: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "com.example.publish-album"
+    let payload: Album
+    init(payload: Album) {
+        self.payload = payload
+        super.init()
+    }
+    override var isAsynchronous: Bool { false }
+    override func startBaseOperation(isRetry: Bool) {
+        DocumentationServer.uploaded.withLock { $0.append("publish album \(payload.id)") }
+        baseOperationEnded()
+    }
+}
+
+@Suite("Documentation examples (operation graphs)", .timeLimit(.minutes(1)))
+struct OperationGraphDocumentationTests {
+    @Test func theAlbumGraphOfTheArticleRunsInOrder() async throws {
+        let temporary = try TemporaryDirectory()
+        let queue = try PersistentOperationQueue(directory: temporary.store)
+        queue.register(PersistentUpload.self)
+        queue.register(CreateAlbum.self)
+        queue.register(PublishAlbum.self)
+        // snippet: operation-graph
+        let album = CreateAlbum(payload: Album(id: 77, title: "Hike"))
+        let uploads = ["IMG_7701.heic", "IMG_7702.heic"].map {
+            PersistentUpload(payload: Upload(file: $0, album: 77))
+        }
+        let publish = PublishAlbum(payload: Album(id: 77, title: "Hike"))
+        for upload in uploads {
+            upload.addDependency(album)          // as with any OperationQueue
+            publish.addDependency(upload)
+        }
+        try queue.addOperations([album] + uploads + [publish])   // stored all or none
+        // end snippet
+        await queue.allOperationsFinished()
+        let log = DocumentationServer.uploaded.withLock { $0 }
+        let created = try #require(log.firstIndex(of: "create album 77"))
+        let published = try #require(log.firstIndex(of: "publish album 77"))
+        for file in ["IMG_7701.heic", "IMG_7702.heic"] {
+            let uploaded = try #require(log.firstIndex(of: file))
+            #expect(created < uploaded && uploaded < published)
+        }
+    }
+
+    @Test func aLaterAddCanDependOnAStoredOperation() async throws {
+        let temporary = try TemporaryDirectory()
+        let operationQueue = OperationQueue()
+        operationQueue.isSuspended = true
+        let queue = try PersistentOperationQueue(directory: temporary.store, operationQueue: operationQueue)
+        queue.register(PersistentUpload.self)
+        queue.register(CreateAlbum.self)
+        let album = CreateAlbum(payload: Album(id: 78, title: "Beach"))
+        try queue.addOperation(album)
+        // snippet: operation-graph-later
+        let upload = PersistentUpload(payload: Upload(file: "IMG_7801.heic", album: 78))
+        upload.addDependency(album)              // `album` was added earlier
+        try queue.addOperation(upload)
+        let info = queue.operation(withID: queue.identifier(of: upload)!)
+        print(info?.state == .waitingForPrerequisites)   // true until `album` succeeds
+        // end snippet
+        #expect(info?.state == .waitingForPrerequisites)
+        operationQueue.isSuspended = false
+        await queue.allOperationsFinished()
+        #expect(DocumentationServer.uploaded.withLock { $0.contains("IMG_7801.heic") })
+    }
+}

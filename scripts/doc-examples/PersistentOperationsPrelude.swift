@@ -31,6 +31,30 @@ final class SyncOperation: RetryingOperation, PersistentOperation, @unchecked Se
     override var isAsynchronous: Bool { true }
 }
 
+struct AlbumPayload: Codable, Sendable { var name: String }
+struct PhotoPayload: Codable, Sendable { var file: URL; var album: String }
+
+final class CreateAlbum: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "com.example.create-album"
+    let payload: AlbumPayload
+    init(payload: AlbumPayload) { self.payload = payload; super.init() }
+    override var isAsynchronous: Bool { true }
+}
+
+final class UploadPhoto: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "com.example.upload-photo"
+    let payload: PhotoPayload
+    init(payload: PhotoPayload) { self.payload = payload; super.init() }
+    override var isAsynchronous: Bool { true }
+}
+
+final class PublishAlbum: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "com.example.publish-album"
+    let payload: AlbumPayload
+    init(payload: AlbumPayload) { self.payload = payload; super.init() }
+    override var isAsynchronous: Bool { true }
+}
+
 final class Logger: Sendable {
     func debug(_ text: String) {}
     func warning(_ text: String) {}
@@ -50,6 +74,7 @@ var id: PersistentOperationID { PersistentOperationID("6F1C9A4E-2B7D-4C1E-9F3A-0
 var storeURL: URL { URL(fileURLWithPath: "/tmp/uploads-store") }
 var appSupport: URL { URL(fileURLWithPath: "/tmp/Application Support") }
 var photo: URL { URL(fileURLWithPath: "/tmp/photo.jpg") }
+var photos: [URL] { [photo] }
 var uploads: OperationQueue { OperationQueue() }
 var tonight: Date { Date().addingTimeInterval(12 * 3600) }
 var logger: Logger { Logger() }
