@@ -1,15 +1,17 @@
 /// Every benchmark of the suite, in the order they run.
 ///
 /// To add one, write a type conforming to ``Benchmark`` in `Workloads/` and list it here.
-/// P3–P5 and the record size row of P7 measure `PersistentOperations` through its public API.
+/// P3–P5, P9 and the record size row of P7 measure `PersistentOperations` through its public API.
 enum BenchmarkRegistry {
     static let all: [any Benchmark] = [
         AsyncThroughputBenchmark(),   // P1
         RetryLatenessBenchmark(),     // P2
         DurableThroughputBenchmark(), // P3
+        BatchedAddBenchmark(),        // P3b
         AddScalingBenchmark(),        // P4
         RestoreBenchmark(),           // P5
         IdleWaitBenchmark(),          // P6
         PayloadFormatBenchmark(),     // P7
+        DependencyChainBenchmark(),   // P9
     ]
 }

@@ -27,12 +27,13 @@ enum RetryingBenchmarks {
             return
         }
 
-        let knownIds = Set(BenchmarkRegistry.all.map(\.id))
+        // Ids match in any case (`--only p3b`); options hold them uppercased.
+        let knownIds = Set(BenchmarkRegistry.all.map { $0.id.uppercased() })
         if let unknown = options.only?.subtracting(knownIds), !unknown.isEmpty {
             printError("error: no benchmark \(unknown.sorted().joined(separator: ", ")); known: \(knownIds.sorted().joined(separator: ", "))")
             exit(64)
         }
-        let selected = BenchmarkRegistry.all.filter { options.only?.contains($0.id) ?? true }
+        let selected = BenchmarkRegistry.all.filter { options.only?.contains($0.id.uppercased()) ?? true }
 
         #if DEBUG
         let configuration = "debug"
