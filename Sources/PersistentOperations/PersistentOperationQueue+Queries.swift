@@ -314,7 +314,18 @@ extension PersistentOperationQueue {
             ))
         }
         // A prerequisite still in the failed area fails its re-queued dependents again.
-        requeued = (try? settlePrerequisites(of: requeued, unavailable: [], quarantined: [], cancelled: [], report: &report)) ?? requeued
+        do {
+            requeued = try settlePrerequisites(of: requeued, unavailable: [], quarantined: [], cancelled: [], report: &report)
+        } catch {
+            // The failed area could not be listed: a dependent re-queued here might run before a
+            // failed prerequisite, so those with prerequisites stay on disk for the next restore.
+            reportStoreError(nil, "could not check the prerequisites of re-queued operations; those with prerequisites run after the next restore: \(error)")
+            let held = requeued.filter { !$0.prerequisites.isEmpty }.map(\.id)
+            state.withLock { state in
+                for id in held { state.entries.removeValue(forKey: id) }
+            }
+            requeued.removeAll { !$0.prerequisites.isEmpty }
+        }
         let ended = state.withLock { state in
             requeued.map { link($0.id, to: $0.prerequisites, in: &state) }
         }

@@ -222,6 +222,39 @@ struct StoreInspectorTests {
         #expect(purgeMissing.error.contains("There is no failed record"))
     }
 
+    @Test func listAndShowTellTheOperationGraph() async throws {
+        // Given a stored chain album ← photo, and a failed record that failed with its prerequisite
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let album = try makeRecord(index: 1)
+        var photo = try makeRecord(index: 2)
+        photo.prerequisites = [album.id]
+        var orphan = try makeRecord(index: 3)
+        orphan.prerequisites = [UUID().uuidString]
+        try store.add(album)
+        try store.add(photo)
+        try store.add(orphan)
+        orphan.failedPrerequisite = orphan.prerequisites[0]
+        _ = try store.moveToFailed(orphan, reason: "prerequisite failed for good")
+        store.close()
+        // When the inspector lists and shows them
+        let list = try await Self.inspect("list", directory.store.path, "--json")
+        let shownPhoto = try await Self.inspect("show", directory.store.path, photo.id, "--json")
+        let shownAlbum = try await Self.inspect("show", directory.store.path, album.id)
+        let shownOrphan = try await Self.inspect("show", directory.store.path, orphan.id, "--json")
+        let table = try await Self.inspect("list", directory.store.path)
+        // Then the dependent is waiting for its prerequisite, and each side names the other
+        let pending = try #require(try list.json()["pending"] as? [[String: Any]])
+        let photoRow = try #require(pending.first { $0["id"] as? String == photo.id })
+        #expect(photoRow["state"] as? String == "waitingForPrerequisites")
+        #expect(photoRow["prerequisites"] as? [String] == [album.id])
+        #expect(pending.first { $0["id"] as? String == album.id }?["state"] as? String == "queued")
+        #expect(try shownPhoto.json()["prerequisites"] as? [String] == [album.id])
+        #expect(shownAlbum.output.contains("dependents:") && shownAlbum.output.contains(photo.id))
+        #expect(try shownOrphan.json()["failedPrerequisite"] as? String == orphan.prerequisites[0])
+        #expect(table.output.contains("waitingForPrerequisites"))
+    }
+
     @Test func aMissingDirectoryOrABadCommandLineIsAClearError() async throws {
         let directory = try TemporaryDirectory()
         let missing = directory.url.appendingPathComponent("nowhere").path
