@@ -100,34 +100,32 @@ struct Album: Codable, Sendable {
     var title: String
 }
 
-/// Creates an album on the documentation server (an example prerequisite).
-final class CreateAlbum: RetryingOperation, PersistentOperation, @unchecked Sendable {
-    static let persistenceIdentifier = "com.example.create-album"
+/// One step of an album's life on the documentation server; the server's log names it.
+class AlbumStep: RetryingOperation, @unchecked Sendable {
+    // @unchecked: `payload` is immutable; the rest of the state belongs to RetryingOperation.
     let payload: Album
     init(payload: Album) {
         self.payload = payload
         super.init()
     }
+    class var verb: String { fatalError("a subclass names its step") }
     override var isAsynchronous: Bool { false }
     override func startBaseOperation(isRetry: Bool) {
-        DocumentationServer.uploaded.withLock { $0.append("create album \(payload.id)") }
+        DocumentationServer.uploaded.withLock { $0.append("\(Self.verb) album \(payload.id)") }
         baseOperationEnded()
     }
 }
 
+/// Creates an album (an example prerequisite).
+final class CreateAlbum: AlbumStep, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "com.example.create-album"
+    override class var verb: String { "create" }
+}
+
 /// Publishes an album once its photos are up (an example dependent).
-final class PublishAlbum: RetryingOperation, PersistentOperation, @unchecked Sendable {
+final class PublishAlbum: AlbumStep, PersistentOperation, @unchecked Sendable {
     static let persistenceIdentifier = "com.example.publish-album"
-    let payload: Album
-    init(payload: Album) {
-        self.payload = payload
-        super.init()
-    }
-    override var isAsynchronous: Bool { false }
-    override func startBaseOperation(isRetry: Bool) {
-        DocumentationServer.uploaded.withLock { $0.append("publish album \(payload.id)") }
-        baseOperationEnded()
-    }
+    override class var verb: String { "publish" }
 }
 
 @Suite("Documentation examples (operation graphs)", .timeLimit(.minutes(1)))

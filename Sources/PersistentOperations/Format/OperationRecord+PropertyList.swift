@@ -47,6 +47,13 @@ extension OperationRecord {
             guard entries[key] != nil else { return nil }
             return try required(key, convert)
         }
+        func optionalIdentifier(_ key: String) throws -> String? {
+            let value = try optional(key, \.stringValue)
+            if let value, !Self.isValidIdentifier(value) {
+                throw Self.invalid("field \"\(key)\" is not a library-generated UUID")
+            }
+            return value
+        }
         let formatVersion = try required("formatVersion", \.intValue)
         guard formatVersion == headerVersion else {
             throw Self.invalid("body format version \(formatVersion) does not match the header")
@@ -67,14 +74,8 @@ extension OperationRecord {
             guard prerequisites.allSatisfy(Self.isValidIdentifier) else {
                 throw Self.invalid("field \"prerequisites\" holds an identifier that is not a library-generated UUID")
             }
-            batchID = try optional("batchID", \.stringValue)
-            if let batchID, !Self.isValidIdentifier(batchID) {
-                throw Self.invalid("field \"batchID\" is not a library-generated UUID")
-            }
-            failedPrerequisite = try optional("failedPrerequisite", \.stringValue)
-            if let failedPrerequisite, !Self.isValidIdentifier(failedPrerequisite) {
-                throw Self.invalid("field \"failedPrerequisite\" is not a library-generated UUID")
-            }
+            batchID = try optionalIdentifier("batchID")
+            failedPrerequisite = try optionalIdentifier("failedPrerequisite")
         }
         self.init(
             id: id,

@@ -93,24 +93,26 @@ struct BatchedAddBenchmark: Benchmark {
     }
 
     static func rawSerial(bytes: Data, count: Int) throws -> Double {
-        let directory = try TemporaryDirectory("p3b-raw")
-        defer { directory.remove() }
-        let path = directory.url.path
-        let seconds = try Timing.seconds {
-            for index in 0..<count {
+        try rawLoop("p3b-raw", count: count) { path, range in
+            for index in range {
                 try RawDurableWrite.writeFile(bytes, to: path, name: "\(index).record")
             }
         }
-        return Double(count) / seconds
     }
 
     static func rawBatched(bytes: Data, count: Int) throws -> Double {
-        let directory = try TemporaryDirectory("p3b-raw-batched")
+        try rawLoop("p3b-raw-batched", count: count) { path, range in
+            try RawDurableWrite.writeBatch(bytes, to: path, names: range.map { "\($0).record" })
+        }
+    }
+
+    /// Operations per second of `write` called for each batch of `count` files, in a fresh directory.
+    private static func rawLoop(_ label: String, count: Int, _ write: (String, Range<Int>) throws -> Void) throws -> Double {
+        let directory = try TemporaryDirectory(label)
         defer { directory.remove() }
-        let path = directory.url.path
         let seconds = try Timing.seconds {
             for start in stride(from: 0, to: count, by: batchSize) {
-                try RawDurableWrite.writeBatch(bytes, to: path, names: (start..<min(start + batchSize, count)).map { "\($0).record" })
+                try write(directory.url.path, start..<min(start + batchSize, count))
             }
         }
         return Double(count) / seconds
