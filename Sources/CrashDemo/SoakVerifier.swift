@@ -71,7 +71,7 @@ struct SoakVerifier {
             case .launch(_, _, let quarantined, _):
                 tally.launches += 1
                 tally.quarantined += quarantined
-            case .acknowledged(let index, _):
+            case .acknowledged(let index, _, _):
                 acknowledged.insert(index)
             case .done(let index):
                 done.insert(index)
