@@ -41,9 +41,9 @@ struct DemoReport {
                 uploads.count > 1 ? "\"\(reason)\" x\(uploads.count)" : "\"\(reason)\""
             }
         lines.append(row("failed", tally.failed.count, reasons.isEmpty ? "" : "in the failed area with reason " + reasons.joined(separator: ", ")))
-        lines.append(row("lost", tally.lost.count, tally.lost.isEmpty ? "" : "uploads " + Timeline.ranges(tally.lost.map(\.index))))
+        lines.append(row("lost", tally.lost.count, tally.lost.isEmpty ? "" : Timeline.names(tally.lost.map(\.index))))
         lines.append(row("ran twice", tally.ranTwice.count, tally.ranTwice.isEmpty ? "" :
-            "\(tally.ranTwice.count == 1 ? "upload" : "uploads") \(Timeline.ranges(tally.ranTwice)) (completed, then killed before the record was removed: at-least-once)"))
+            "\(Timeline.names(tally.ranTwice)) (completed, then killed before the record was removed: at-least-once)"))
         let startedAgain = tally.violations.filter { $0.contains("started again") }.count
         lines.append("  started again after completion: \(startedAgain)")
         if !tally.graphNodes.isEmpty {

@@ -123,7 +123,8 @@ package struct ContractReplay {
         guard !missing.isEmpty else { return }
         startsBeforePrerequisites += 1
         let names = missing.map(AlbumGraph.name(of:)).joined(separator: ", ")
-        violations.append("\(AlbumGraph.name(of: index)) started (attempt \(attempt), launch \(launches)) before the success of its prerequisite \(names) was journaled")
+        let which = missing.count == 1 ? "its prerequisite" : "its prerequisites"
+        violations.append("\(AlbumGraph.name(of: index)) started (attempt \(attempt), launch \(launches)) before the success of \(which) \(names) was journaled")
     }
 
     /// The batch rule, once a launch has journaled everything its `restore()` found.
