@@ -21,10 +21,10 @@ struct DemoAlbum {
     let number: Int
 
     /// Whether the album is added as one batch (`addOperations`) rather than node by node.
-    var isAddedAsBatch: Bool { number % 2 == 0 }
+    var isAddedAsBatch: Bool { AlbumGraph.isAddedAsBatch(album: number) }
 
     /// Whether photo 2 is refused (fails for good), so "publish" fails with it.
-    var refusesAPhoto: Bool { number % 3 == 2 }
+    var refusesAPhoto: Bool { AlbumGraph.isRefused(album: number, role: .photo(2)) }
 
     /// The batch name journaled in its `add` lines.
     var batchName: String { "album\(number)" }

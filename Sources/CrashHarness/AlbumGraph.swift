@@ -58,6 +58,25 @@ package enum AlbumGraph {
         }
     }
 
+    /// Whether album `album` is added with one `addOperations` call (a batch) rather than one
+    /// `addOperation` per node: the even albums.
+    package static func isAddedAsBatch(album: Int) -> Bool {
+        album % 2 == 0
+    }
+
+    /// Whether `role` of album `album` is refused (fails for good): photo 2 of every third
+    /// album, so that its "publish" fails with it.
+    package static func isRefused(album: Int, role: Role) -> Bool {
+        role == .photo(2) && album % 3 == 2
+    }
+
+    /// Whether node `index` can succeed: it is not refused, and neither is any node it waits
+    /// for (a prerequisite that fails for good fails its dependents).
+    package static func canSucceed(_ index: Int) -> Bool {
+        guard let (album, role) = node(of: index) else { return true }
+        return !isRefused(album: album, role: role) && prerequisites(album: album, role: role).allSatisfy(canSucceed)
+    }
+
     /// "upload 7", "album 2 create", "album 2 photo 1", "album 2 publish".
     package static func name(of index: Int) -> String {
         guard let (album, role) = node(of: index) else { return "upload \(index)" }
