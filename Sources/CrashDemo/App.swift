@@ -1,3 +1,4 @@
+import CrashHarness
 import Foundation
 import PersistentOperations
 
@@ -10,24 +11,31 @@ import Darwin
 /// The "app" child process: restores the store, adds the operations not yet acknowledged,
 /// and runs until every operation has finished. Any moment of it may be killed.
 ///
-///     crash-demo app --store DIR --effects FILE --count N [--crash-loop-limit K] [--crasher]
+///     crash-demo app --store DIR --effects FILE --count N [--albums A] [--crash-loop-limit K] [--crasher]
+///
+/// It adds the A albums of ``DemoAlbum`` first (even ones as one batch, odd ones node by node,
+/// each dependent after its prerequisites), then N independent uploads.
 ///
 /// Effects lines (appended and synced): `launch PID restored=N quarantined=Q failed-after-crashes=F`,
-/// `restored I id=ID` and `ack I id=ID` (once `addOperation` returned for operation I),
+/// `restored I id=ID` for each pending upload restored, `failed-area I,J` (the graph nodes in
+/// the failed area after the restore, before anything runs), `add I after=P,Q batch=B` before
+/// a graph node is added, `ack I id=ID [after=P,Q]` once `addOperation(s)` returned for
+/// upload I, `skip I after=P` for a graph node not added because a prerequisite had failed,
 /// `start I attempt=A retries=R retry=B pid=P`, `retry I counted|uncounted`, `done I`, `fail I`
-/// from the operations, `removed ID` / `moved-to-failed ID` from the queue's events (after
-/// the record changed), and `finished`.
+/// from the operations, `removed ID` / `moved-to-failed ID` / `abandoned ID prerequisite=ID`
+/// from the queue's events (after the record changed), and `finished`.
 struct AppCommand {
     var store: URL
     var effects: String
     var count: Int
+    var albums = 0
     var crashLoopLimit = PersistentOperationQueue.Configuration.defaultCrashLoopLimit
     var addsCrasher = false
     var attemptMilliseconds = 30
 
     func run() throws {
         try Effects.open(effects)
-        let already = Self.acknowledged(in: effects)
+        let earlier = try EarlierLaunches(effects: effects)
         let operationQueue = OperationQueue()
         operationQueue.maxConcurrentOperationCount = 4
         let queue = try PersistentOperationQueue(
@@ -39,6 +47,7 @@ struct AppCommand {
             switch event {
             case .succeeded(let id): Effects.write("removed \(id)")
             case .failed(let id, _): Effects.write("moved-to-failed \(id)")
+            case .abandoned(let id, let prerequisite): Effects.write("abandoned \(id) prerequisite=\(prerequisite)")
             default: break
             }
         }
@@ -46,36 +55,178 @@ struct AppCommand {
         operationQueue.isSuspended = true
         let report = try queue.restore()
         Effects.write("launch \(getpid()) restored=\(report.restored.count) quarantined=\(report.quarantined.count) failed-after-crashes=\(report.movedToFailedAfterCrashes.count)")
+        var restored: [Int: DemoUpload] = [:]
         for info in queue.operations() {
             if let upload = info.operation as? DemoUpload {
                 Effects.write("restored \(upload.payload.index) id=\(info.id)")
+                restored[upload.payload.index] = upload
             }
         }
+        let failedNodes = albums > 0 ? try Self.graphNodesInFailedArea(of: store) : []
+        Effects.write((["failed-area"] + (failedNodes.isEmpty ? [] : [failedNodes.sorted().map(String.init).joined(separator: ",")])).joined(separator: " "))
         operationQueue.isSuspended = false
+
+        let graph = GraphAdder(
+            queue: queue, earlier: earlier, restored: restored, failed: failedNodes, attemptMilliseconds: attemptMilliseconds
+        )
+        for album in 0..<albums {
+            try graph.add(DemoAlbum(number: album))
+        }
 
         var jobs = (0..<count).map { UploadJob(index: $0, behaviour: .forIndex($0), attemptMilliseconds: attemptMilliseconds) }
         if addsCrasher {
             jobs.append(UploadJob(index: count, behaviour: .crashesTheApp, attemptMilliseconds: attemptMilliseconds))
         }
-        for job in jobs where !already.contains(job.index) {
+        for job in jobs where !earlier.acknowledged.contains(job.index) {
             // The unique key makes re-adding after a kill between add and acknowledgement a no-op.
             let result = try queue.addOperation(DemoUpload(payload: job), options: EnqueueOptions(uniqueKey: "upload-\(job.index)"))
             Effects.write("ack \(job.index) id=\(result.id)")
         }
         queue.waitUntilAllOperationsAreFinished()
         Effects.write("finished")
+        withExtendedLifetime(graph) {}
     }
 
-    /// The operations whose add was acknowledged, or that finished, in earlier launches.
-    static func acknowledged(in effects: String) -> Set<Int> {
-        guard let text = try? String(contentsOfFile: effects, encoding: .utf8) else { return [] }
+    /// The graph nodes whose records sit in the failed area.
+    static func graphNodesInFailedArea(of store: URL) throws -> Set<Int> {
         var indices = Set<Int>()
-        for line in text.split(separator: "\n") {
-            let words = line.split(separator: " ")
-            if words.count >= 2, ["ack", "done", "fail"].contains(words[0]), let index = Int(words[1]) {
-                indices.insert(index)
+        for record in try ReadOnlyPersistentStore(directory: store).failedRecords().records {
+            if let job = try? record.decodePayload(as: DemoUpload.self), AlbumGraph.node(of: job.index) != nil {
+                indices.insert(job.index)
             }
         }
         return indices
+    }
+}
+
+/// What the journal says earlier launches did.
+struct EarlierLaunches {
+    /// Uploads whose add was acknowledged, or that finished: not to be added again.
+    var acknowledged = Set<Int>()
+    /// Uploads that were durably stored: acknowledged, started, restored or finished.
+    var stored = Set<Int>()
+    /// Uploads whose success was journaled.
+    var done = Set<Int>()
+
+    init(effects: String) throws {
+        guard FileManager.default.fileExists(atPath: effects) else { return }
+        for event in try JournalTail.allEvents(at: effects) {
+            switch event {
+            case .acknowledged(let index, _, _):
+                acknowledged.insert(index)
+                stored.insert(index)
+            case .done(let index):
+                acknowledged.insert(index)
+                stored.insert(index)
+                done.insert(index)
+            case .failed(let index):
+                acknowledged.insert(index)
+                stored.insert(index)
+            case .started(let index, _, _), .restored(let index, _):
+                stored.insert(index)
+            default:
+                break
+            }
+        }
+    }
+}
+
+/// Adds the demo's albums (``DemoAlbum``), each node once across launches: an album or node
+/// that an earlier launch stored (journaled, restored now, or in the failed area) is not added
+/// again. Holds every operation it made until the app exits (Linux Foundation's `Operation`
+/// keeps unretained references from a prerequisite to its dependents).
+final class GraphAdder {
+    private let queue: PersistentOperationQueue
+    private let earlier: EarlierLaunches
+    private let restored: [Int: DemoUpload]
+    private let failed: Set<Int>
+    private let attemptMilliseconds: Int
+    /// Operations of this launch by index: restored ones and those added now.
+    private var live: [Int: DemoUpload]
+    private var made: [DemoUpload] = []
+
+    init(queue: PersistentOperationQueue, earlier: EarlierLaunches, restored: [Int: DemoUpload], failed: Set<Int>, attemptMilliseconds: Int) {
+        self.queue = queue
+        self.earlier = earlier
+        self.restored = restored
+        self.failed = failed
+        self.attemptMilliseconds = attemptMilliseconds
+        live = restored
+    }
+
+    func add(_ album: DemoAlbum) throws {
+        if album.isAddedAsBatch {
+            try addBatch(album)
+        } else {
+            for node in album.nodes {
+                try addSingle(node)
+            }
+        }
+    }
+
+    private func wasStored(_ index: Int) -> Bool {
+        earlier.stored.contains(index) || restored[index] != nil || failed.contains(index)
+    }
+
+    private func makeUpload(_ node: DemoAlbum.Node) -> DemoUpload {
+        let upload = DemoUpload(payload: UploadJob(index: node.index, behaviour: node.behaviour, attemptMilliseconds: attemptMilliseconds))
+        made.append(upload)
+        return upload
+    }
+
+    private static func after(_ prerequisites: [Int]) -> String {
+        prerequisites.isEmpty ? "" : " after=" + prerequisites.map(String.init).joined(separator: ",")
+    }
+
+    /// The whole album in one `addOperations` call, unless a launch already stored it (a batch
+    /// is stored all or none, so one member found means all were).
+    private func addBatch(_ album: DemoAlbum) throws {
+        let nodes = album.nodes
+        guard !nodes.contains(where: { wasStored($0.index) }) else { return }
+        var uploads: [Int: DemoUpload] = [:]
+        for node in nodes {
+            let upload = makeUpload(node)
+            for prerequisite in node.prerequisites {
+                upload.addDependency(uploads[prerequisite]!)
+            }
+            uploads[node.index] = upload
+        }
+        for node in nodes {
+            Effects.write("add \(node.index)\(Self.after(node.prerequisites)) batch=\(album.batchName)")
+        }
+        let ids = try queue.addOperations(nodes.map { uploads[$0.index]! })
+        for (node, id) in zip(nodes, ids) {
+            Effects.write("ack \(node.index) id=\(id)\(Self.after(node.prerequisites))")
+            live[node.index] = uploads[node.index]
+        }
+    }
+
+    /// One node with `addOperation`, depending on the live operations of its prerequisites;
+    /// a prerequisite that succeeded in an earlier launch (its record gone) needs none. A
+    /// node whose prerequisite failed for good is not added (`skip`).
+    private func addSingle(_ node: DemoAlbum.Node) throws {
+        guard !wasStored(node.index) else { return }
+        var prerequisites: [DemoUpload] = []
+        for prerequisite in node.prerequisites {
+            if let operation = live[prerequisite] {
+                prerequisites.append(operation)
+            } else if !earlier.done.contains(prerequisite) {
+                // Failed for good (or not added itself): this node can never run.
+                Effects.write("skip \(node.index)\(Self.after([prerequisite]))")
+                return
+            }
+        }
+        let upload = makeUpload(node)
+        for prerequisite in prerequisites {
+            upload.addDependency(prerequisite)
+        }
+        Effects.write("add \(node.index)\(Self.after(node.prerequisites))")
+        do {
+            let id = try queue.addOperation(upload, options: EnqueueOptions()).id
+            Effects.write("ack \(node.index) id=\(id)\(Self.after(node.prerequisites))")
+            live[node.index] = upload
+        } catch let error as PersistenceError where error.code == .prerequisiteFailed {
+            Effects.write("skip \(node.index)\(Self.after(node.prerequisites))")
+        }
     }
 }

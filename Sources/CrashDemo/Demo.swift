@@ -33,9 +33,13 @@ struct DemoCommand {
         var random = SeededGenerator(seed: seed)
 
         say("""
-            crash-demo: \(options.count) uploads, \(options.kills) SIGKILLs, seed \(seed) (repeat the kill moments with --seed \(seed))
+            crash-demo: \(options.count) uploads and \(options.albums) albums, \(options.kills) SIGKILLs, seed \(seed) (repeat the kill moments with --seed \(seed))
             store: \(workspace.store.path)\(options.store == nil ? " (temporary; keep one with --store DIR)" : "")
-            uploads cycle through: succeeds, flaky (2 counted retries with backoff), waits for network (2 uncounted retries), succeeds, flaky, refused (fails for good)
+            uploads cycle through: succeeds, flaky (2 counted retries with backoff), waits for network (2 uncounted retries), succeeds, flaky, refused (fails for good)\(options.albums == 0 ? "" : """
+
+            each album is a graph: create (flaky) <- photos 1-3 (photo 2 waits for network; refused in every third album) <- publish;
+              even albums are added with one addOperations call (all or none), odd ones with one addOperation per node
+            """)
 
             """)
         var timeline = Timeline(print: say)
@@ -61,7 +65,7 @@ struct DemoCommand {
             }
             break
         }
-        let tally = try DemoTally(journal: workspace.journal, store: workspace.store, count: options.count)
+        let tally = try DemoTally(journal: workspace.journal, store: workspace.store, count: options.count, albums: options.albums)
         say("")
         say(DemoReport(tally: tally, kills: kills).text)
         return tally.isSuccessful ? 0 : 1
@@ -90,7 +94,7 @@ struct DemoCommand {
         let process = Process()
         process.executableURL = try Self.executable()
         process.arguments = ["app", "--store", workspace.store.path, "--effects", workspace.journal,
-                             "--count", "\(options.count)", "--attempt-ms", "\(options.attemptMilliseconds)"]
+                             "--count", "\(options.count)", "--albums", "\(options.albums)", "--attempt-ms", "\(options.attemptMilliseconds)"]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = try workspace.appErrorHandle()
         try process.run()

@@ -2,10 +2,12 @@ import Foundation
 
 /// The command-line options of the crash-and-resume demo (`crash-demo` without a subcommand).
 ///
-///     crash-demo [--count N] [--kills K] [--store DIR [--stop-after-kill]] [--seed S] [--attempt-ms MS]
+///     crash-demo [--count N] [--albums A] [--kills K] [--store DIR [--stop-after-kill]] [--seed S] [--attempt-ms MS]
 struct DemoOptions {
     /// How many uploads the app adds. Default: 20.
     var count = 20
+    /// How many albums (small operation graphs, ``DemoAlbum``) the app adds. Default: 3.
+    var albums = 3
     /// How many times the app is killed with SIGKILL before it may run to the end. Default: 2.
     var kills = 2
     /// Where the store is kept after the demo; `nil` uses a temporary directory that is
@@ -22,7 +24,7 @@ struct DemoOptions {
     var showsHelp = false
 
     static let usage = """
-        usage: crash-demo [--count N] [--kills K] [--store DIR [--stop-after-kill]] [--seed S] [--attempt-ms MS]
+        usage: crash-demo [--count N] [--albums A] [--kills K] [--store DIR [--stop-after-kill]] [--seed S] [--attempt-ms MS]
 
         Runs an app that adds N persistent uploads to a store, SIGKILLs it K times while
         uploads are in flight, relaunches it until it finishes, and checks from the app's
@@ -30,6 +32,9 @@ struct DemoOptions {
         again after it completed. Exits with 0 only then.
 
           --count N       uploads to add (default 20); every sixth is refused for good
+          --albums A      albums to add (default 3): create <- 3 photos <- publish, each
+                          dependent started only after its prerequisites succeeded; even
+                          albums in one addOperations batch, odd ones node by node
           --kills K       SIGKILLs before the app may finish (default 2)
           --store DIR     keep the store (and its effects.txt journal) in DIR, which must be
                           empty or absent; by default a temporary directory is used and deleted
@@ -42,7 +47,7 @@ struct DemoOptions {
           --help          show this text
 
         Other subcommands (used by the demo and the tests):
-          crash-demo app --store DIR --effects FILE --count N [--crash-loop-limit K] [--crasher] [--attempt-ms MS]
+          crash-demo app --store DIR --effects FILE --count N [--albums A] [--crash-loop-limit K] [--crasher] [--attempt-ms MS]
           crash-demo hold --store DIR
         """
 
@@ -65,6 +70,7 @@ struct DemoOptions {
             }
             switch name {
             case "--count": count = try number(Int.self, atLeast: 1)
+            case "--albums": albums = try number(Int.self, atLeast: 0)
             case "--kills": kills = try number(Int.self, atLeast: 0)
             case "--store": store = URL(fileURLWithPath: try value(), isDirectory: true)
             case "--seed": seed = try number(UInt64.self, atLeast: 0)

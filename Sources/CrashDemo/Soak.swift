@@ -12,10 +12,11 @@ import Darwin
 /// a moment aimed at one phase of its work, then lets it finish and checks the at-least-once
 /// contract over the whole journal (see ``SoakVerifier``).
 ///
-///     crash-demo soak [--cycles N] [--count M] [--seed S] [--directory DIR]
+///     crash-demo soak [--cycles N] [--count M] [--albums A] [--seed S] [--directory DIR]
 ///                     [--crasher-every K] [--crash-loop-limit L] [--attempt-ms MS]
 ///
-/// Every cycle launches the app with `--count` raised by M, so each launch adds M new uploads
+/// Every cycle launches the app with `--count` raised by M and `--albums` by A, so each launch
+/// adds A new albums (operation graphs, ``DemoAlbum``: batches and single adds) and M new uploads
 /// (succeeding, counted and uncounted retrying, refused) on top of the backlog; every K-th
 /// cycle also adds an upload that kills its own process (`--crasher`). The store, the effects
 /// journal and the apps' standard error stay in DIR (default: a new temporary directory,
@@ -23,6 +24,7 @@ import Darwin
 struct SoakCommand {
     var cycles = 50
     var count = 6
+    var albumsPerCycle = 1
     var seed = UInt64.random(in: 1...UInt64.max)
     var directory: URL?
     var crasherEvery = 25
@@ -63,7 +65,7 @@ struct SoakCommand {
         let effects = workDirectory.appendingPathComponent("effects.txt").path
         let errors = workDirectory.appendingPathComponent("app-stderr.txt").path
         _ = FileManager.default.createFile(atPath: errors, contents: nil)
-        print("crash soak: \(cycles) cycles, \(count) new uploads per cycle, a crasher every \(crasherEvery) cycles, crash-loop limit \(crashLoopLimit), seed \(seed)")
+        print("crash soak: \(cycles) cycles, \(count) new uploads and \(albumsPerCycle) new albums per cycle, a crasher every \(crasherEvery) cycles, crash-loop limit \(crashLoopLimit), seed \(seed)")
         print("  directory: \(workDirectory.path)")
 
         var random = SeededGenerator(seed: seed)
@@ -80,7 +82,7 @@ struct SoakCommand {
             let phase = addsCrasher ? .attempt : randomPhase
             let launchCount = (cycle + 1) * count
             let end = try runCycle(
-                arguments: appArguments(store: store, effects: effects, count: launchCount, crasher: addsCrasher),
+                arguments: appArguments(store: store, effects: effects, count: launchCount, albums: (cycle + 1) * albumsPerCycle, crasher: addsCrasher),
                 effects: effects, errors: errors, phase: phase,
                 after: addsCrasher ? "ack \(launchCount) " : nil, random: &random
             )
@@ -96,11 +98,12 @@ struct SoakCommand {
 
         // Then let it finish: each pending crasher may still kill up to `crashLoopLimit` launches.
         let finalCount = cycles * count
+        let finalAlbums = cycles * albumsPerCycle
         var finalLaunches = 0
         var finished = false
         while !finished && finalLaunches <= (crasherLaunches + 1) * crashLoopLimit + 1 {
             finalLaunches += 1
-            let app = try launch(appArguments(store: store, effects: effects, count: finalCount, crasher: false), errors: errors)
+            let app = try launch(appArguments(store: store, effects: effects, count: finalCount, albums: finalAlbums, crasher: false), errors: errors)
             guard waitForExit(app, timeout: 300) else {
                 problems.append("the final launch did not finish within 300 s")
                 break
@@ -114,7 +117,7 @@ struct SoakCommand {
         }
         if !finished { problems.append("the app never finished after \(finalLaunches) final launches") }
 
-        var verifier = try SoakVerifier(effects: effects, store: store, count: finalCount)
+        var verifier = try SoakVerifier(effects: effects, store: store, count: finalCount, albums: finalAlbums)
         verifier.verify()
         problems += verifier.problems
 
@@ -139,6 +142,8 @@ struct SoakCommand {
               launches: \(cycles + finalLaunches) (\(finalLaunches) after the last cycle; \(tally.launches) got as far as restoring); a crasher added in \(crasherLaunches) cycles
               acknowledged: \(tally.acknowledged), completed: \(tally.completed), failed for good (refused): \(tally.refused)
               crash-looped: \(tally.crashLoopedCrashers) crashers, \(tally.crashLoopedOthers) other uploads in flight at \(crashLoopLimit) consecutive kills
+              albums: \(finalAlbums) (\(tally.graphNodes) graph nodes): \(tally.graphNodesCompleted) completed, \(tally.graphNodesFailedWithPrerequisite) failed with a prerequisite, \(tally.graphNodesNotAdded) not added after a prerequisite failed
+              dependents started before their prerequisites succeeded: \(tally.startsBeforePrerequisites); batches partly restored: \(tally.partlyRestoredBatches)
               lost: \(tally.lost), ran twice: \(tally.ranTwice) (each completed in a launch killed before its record was removed)
               temporary files: \(temporaryFilesAfterKills) found after kills (removed at the next open), \(tally.temporaryFilesAtEnd) at the end
               quarantined at any launch: \(tally.quarantined); pending at the end: \(tally.pendingAtEnd); store reopens read-write: \(tally.reopens ? "yes" : "no")
@@ -154,9 +159,9 @@ struct SoakCommand {
         return false
     }
 
-    private func appArguments(store: URL, effects: String, count: Int, crasher: Bool) -> [String] {
+    private func appArguments(store: URL, effects: String, count: Int, albums: Int, crasher: Bool) -> [String] {
         var arguments = [
-            "app", "--store", store.path, "--effects", effects, "--count", "\(count)",
+            "app", "--store", store.path, "--effects", effects, "--count", "\(count)", "--albums", "\(albums)",
             "--crash-loop-limit", "\(crashLoopLimit)", "--attempt-ms", "\(attemptMilliseconds)",
         ]
         if crasher { arguments.append("--crasher") }
@@ -294,7 +299,7 @@ final class SoakJournalTail {
 }
 
 extension SoakCommand {
-    static let usage = "usage: crash-demo soak [--cycles N] [--count M] [--seed S] [--directory DIR] [--crasher-every K] [--crash-loop-limit L] [--attempt-ms MS]"
+    static let usage = "usage: crash-demo soak [--cycles N] [--count M] [--albums A] [--seed S] [--directory DIR] [--crasher-every K] [--crash-loop-limit L] [--attempt-ms MS]"
 
     /// Reads the options of `crash-demo soak`.
     init(arguments: [String]) {
@@ -305,6 +310,7 @@ extension SoakCommand {
         }
         if let cycles = number("--cycles") { self.cycles = cycles }
         if let count = number("--count") { self.count = count }
+        if let albums = number("--albums") { albumsPerCycle = albums }
         if let seed = option("--seed", in: arguments) {
             guard let value = UInt64(seed) else { fail("--seed needs a whole number\n\(Self.usage)") }
             self.seed = value

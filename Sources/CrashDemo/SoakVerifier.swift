@@ -15,6 +15,11 @@ import PersistentOperations
 ///   (the first one killed before the record was removed).
 /// - No launch quarantined anything, the last launch finished, nothing is pending, no
 ///   temporary file is left in any area, and the store opens read-write.
+/// - The albums' graphs (``DemoAlbum``): no attempt started before each of its prerequisites'
+///   success was journaled, no launch restored part of a stored batch (``ContractReplay``);
+///   every node was stored, or not added because a prerequisite had failed; every stored node
+///   completed or sits in the failed area, and a node fails only when it is refused, crash-looped,
+///   or its prerequisite failed (named in its record).
 struct SoakVerifier {
     struct Tally {
         var launches = 0
@@ -29,28 +34,41 @@ struct SoakVerifier {
         var temporaryFilesAtEnd = 0
         var pendingAtEnd = 0
         var reopens = false
+        var graphNodes = 0
+        var graphNodesCompleted = 0
+        var graphNodesFailedWithPrerequisite = 0
+        var graphNodesNotAdded = 0
+        var startsBeforePrerequisites = 0
+        var partlyRestoredBatches = 0
     }
 
     struct FailedUpload {
+        var id: String
         var index: Int
         var behaviour: UploadBehaviour
         var reason: String
+        var failedPrerequisite: String?
     }
 
     let events: [JournalEvent]
     let count: Int
+    let albums: Int
     let store: URL
     let failed: [FailedUpload]
     private(set) var problems: [String] = []
     private(set) var tally = Tally()
 
-    init(effects: String, store: URL, count: Int) throws {
+    init(effects: String, store: URL, count: Int, albums: Int = 0) throws {
         events = try JournalTail.allEvents(at: effects)
         self.count = count
+        self.albums = albums
         self.store = store
         failed = try RecordStore(directory: store, access: .readOnly).loadFailed().records.map { record in
             let job = try RecordFormat.decodePayload(UploadJob.self, from: record.payload)
-            return FailedUpload(index: job.index, behaviour: job.behaviour, reason: record.failureReason ?? "")
+            return FailedUpload(
+                id: record.id, index: job.index, behaviour: job.behaviour, reason: record.failureReason ?? "",
+                failedPrerequisite: record.failedPrerequisite
+            )
         }
     }
 
@@ -71,9 +89,9 @@ struct SoakVerifier {
             case .launch(_, _, let quarantined, _):
                 tally.launches += 1
                 tally.quarantined += quarantined
-            case .acknowledged(let index, _):
+            case .acknowledged(let index, _, _) where AlbumGraph.node(of: index) == nil:
                 acknowledged.insert(index)
-            case .done(let index):
+            case .done(let index) where AlbumGraph.node(of: index) == nil:
                 done.insert(index)
             default:
                 break
@@ -81,8 +99,9 @@ struct SoakVerifier {
         }
         if tally.quarantined > 0 { problems.append("\(tally.quarantined) entries were quarantined: a kill left a damaged record") }
 
-        let failedByIndex = Dictionary(failed.map { ($0.index, $0) }, uniquingKeysWith: { first, _ in first })
-        if failedByIndex.count != failed.count { problems.append("an upload sits twice in the failed area") }
+        let failedUploads = failed.filter { AlbumGraph.node(of: $0.index) == nil }
+        let failedByIndex = Dictionary(failedUploads.map { ($0.index, $0) }, uniquingKeysWith: { first, _ in first })
+        if failedByIndex.count != failedUploads.count { problems.append("an upload sits twice in the failed area") }
         tally.acknowledged = acknowledged.count
         tally.completed = done.count
         let missing = Set(0..<count).subtracting(acknowledged).subtracting(done).subtracting(failedByIndex.keys)
@@ -120,6 +139,57 @@ struct SoakVerifier {
         }
         problems += contract.violations
         tally.ranTwice = contract.ranTwice.count
+        tally.startsBeforePrerequisites = contract.startsBeforePrerequisites
+        tally.partlyRestoredBatches = contract.partlyRestoredBatches
+        checkGraphOutcomes(contract)
+    }
+
+    /// Every node of every album was stored or not added because a prerequisite failed; each
+    /// stored one completed or failed for a reason it may fail for.
+    private mutating func checkGraphOutcomes(_ contract: ContractReplay) {
+        let failedNodes = failed.filter { AlbumGraph.node(of: $0.index) != nil }
+        let failedByIndex = Dictionary(failedNodes.map { ($0.index, $0) }, uniquingKeysWith: { first, _ in first })
+        if failedByIndex.count != failedNodes.count { problems.append("a graph node sits twice in the failed area") }
+        let indexByID = Dictionary(failedNodes.map { ($0.id, $0.index) }, uniquingKeysWith: { first, _ in first })
+        var lost: [Int] = []
+        for album in (0..<albums).map(DemoAlbum.init(number:)) {
+            for node in album.nodes {
+                tally.graphNodes += 1
+                let name = AlbumGraph.name(of: node.index)
+                let prerequisiteFailed = node.prerequisites.contains { failedByIndex[$0] != nil || contract.skipped.contains($0) }
+                if contract.completed.contains(node.index) {
+                    tally.graphNodesCompleted += 1
+                    // A completed node may crash-loop afterwards: killed before its record was
+                    // removed, then in flight at the next kills.
+                    if let failure = failedByIndex[node.index], !failure.reason.contains("consecutive crashes") {
+                        problems.append("\(name) completed but sits in the failed area: \(failure.reason)")
+                    }
+                } else if let failure = failedByIndex[node.index] {
+                    if let prerequisite = failure.failedPrerequisite {
+                        tally.graphNodesFailedWithPrerequisite += 1
+                        guard let index = indexByID[prerequisite], node.prerequisites.contains(index) else {
+                            problems.append("\(name) failed naming prerequisite \(prerequisite), which is not one of its prerequisites in the failed area")
+                            continue
+                        }
+                    } else if failure.reason.contains("consecutive crashes") {
+                        tally.crashLoopedOthers += 1
+                    } else if failure.behaviour == .refused {
+                        tally.refused += 1
+                    } else {
+                        problems.append("\(name) (\(failure.behaviour)) failed for good: \(failure.reason)")
+                    }
+                } else if contract.skipped.contains(node.index) && !contract.stored.contains(node.index) {
+                    tally.graphNodesNotAdded += 1
+                    if !prerequisiteFailed { problems.append("\(name) was not added, but none of its prerequisites failed") }
+                } else if contract.stored.contains(node.index) {
+                    lost.append(node.index)
+                } else {
+                    problems.append("\(name) was never added")
+                }
+            }
+        }
+        if !lost.isEmpty { problems.append("graph nodes lost (stored, never completed, not in the failed area): \(lost.prefix(20).map(AlbumGraph.name(of:)))") }
+        tally.lost += lost.count
     }
 
     private mutating func checkStore() {

@@ -24,6 +24,10 @@ struct Timeline {
     private var group: (verb: String, indices: [Int])?
     /// Upload index by record identifier, from `ack` and `restored` lines.
     private var indexByID: [String: Int] = [:]
+    /// The prerequisites of graph nodes, and the batch each was added in, from `add` lines.
+    private var prerequisites: [Int: [Int]] = [:]
+    private var batchOf: [Int: String] = [:]
+    private var announcedBatches = Set<String>()
     private var hasExplainedAdds = false
     private let print: (String) -> Void
 
@@ -35,7 +39,22 @@ struct Timeline {
     /// Prints what `event` means, updating the state.
     mutating func handle(_ event: JournalEvent) {
         switch event {
-        case .acknowledged(let index, let id):
+        case .adding(let index, let after, let batch):
+            prerequisites[index] = after
+            if let batch { batchOf[index] = batch }
+            return
+        case .failedArea:
+            return
+        case .acknowledged(let index, let id, _):
+            indexByID[id] = index
+            unfinished.insert(index)
+            if let batch = batchOf[index], let album = AlbumGraph.node(of: index)?.album {
+                // The whole batch was stored by one call: said once, at its first `ack`.
+                guard announcedBatches.insert(batch).inserted else { return }
+                flushGroup()
+                say("added album \(album) (create <- photos 1-3 <- publish) with one addOperations call: stored all or none")
+                return
+            }
             add(index, to: "added")
             indexByID[id] = index
             unfinished.insert(index)
@@ -64,6 +83,9 @@ struct Timeline {
             var line = "attempt \(attempt)"
             if retries > 0 { line += " (\(retries) counted \(retries == 1 ? "retry" : "retries") so far)" }
             if restoredNotStarted.remove(index) != nil, attempt > 1 { line += ", resumed from the store" }
+            if attempt == 1, let after = prerequisites[index], !after.isEmpty {
+                line += " (after \(Self.names(after)) succeeded)"
+            }
             say(upload(index) + line)
         case .retry(let index, let counted):
             attemptsRunning.remove(index)
@@ -83,11 +105,20 @@ struct Timeline {
             say(upload(index) + "403 upload refused -> fails for good")
         case .movedToFailed(let id):
             if let index = indexByID[id] { say(upload(index) + "moved to the failed area") }
+        case .abandoned(let id, let prerequisite):
+            if let index = indexByID[id] {
+                attemptsRunning.remove(index)
+                unfinished.remove(index)
+                let cause = indexByID[prerequisite].map(AlbumGraph.name(of:)) ?? "operation \(prerequisite)"
+                say(upload(index) + "fails without running: its prerequisite \(cause) failed for good")
+            }
+        case .skipped(let index, let after):
+            say(upload(index) + "not added: its prerequisite \(Self.names(after)) failed for good")
         case .finished:
             say("every upload finished; the app exits")
         case .unknown(let line):
             say("(journal) \(line)")
-        case .removed, .acknowledged, .restored:
+        case .removed, .acknowledged, .restored, .adding, .failedArea:
             break
         }
     }
@@ -101,7 +132,7 @@ struct Timeline {
             what = " (each one durable on disk before addOperation returned)"
             hasExplainedAdds = true
         }
-        say("\(group.verb) \(group.indices.count == 1 ? "upload" : "uploads") \(Self.ranges(group.indices))\(what)")
+        say("\(group.verb) \(Self.names(group.indices))\(what)")
     }
 
     private mutating func add(_ index: Int, to verb: String) {
@@ -114,7 +145,20 @@ struct Timeline {
     }
 
     private func upload(_ index: Int) -> String {
-        "upload \(String(index).leftPadded(to: 2))  "
+        AlbumGraph.node(of: index) == nil ? "upload \(String(index).leftPadded(to: 2))  " : AlbumGraph.name(of: index) + "  "
+    }
+
+    /// "uploads 0-3, 5; album 1 create, photo 2" for a mix of uploads and graph nodes.
+    static func names(_ indices: [Int]) -> String {
+        let uploads = indices.filter { AlbumGraph.node(of: $0) == nil }
+        var parts: [String] = []
+        if !uploads.isEmpty { parts.append("\(uploads.count == 1 ? "upload" : "uploads") \(ranges(uploads))") }
+        let nodes = indices.sorted().compactMap(AlbumGraph.node(of:))
+        for album in Set(nodes.map(\.album)).sorted() {
+            let roles = nodes.filter { $0.album == album }.map { AlbumGraph.roleName($0.role) }
+            parts.append(roles.count == AlbumGraph.roles.count ? "album \(album)" : "album \(album) \(roles.joined(separator: ", "))")
+        }
+        return parts.joined(separator: "; ")
     }
 
     /// "0-3, 5, 7-9" for [0, 1, 2, 3, 5, 7, 8, 9].

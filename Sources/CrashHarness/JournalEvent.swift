@@ -6,8 +6,22 @@ package enum JournalEvent: Equatable {
     case launch(pid: Int32, restored: Int, quarantined: Int, failedAfterCrashes: Int)
     /// A pending upload was restored from the store: `restored I id=ID`.
     case restored(index: Int, id: String)
-    /// `addOperation` returned for an upload, so it is durable: `ack I id=ID`.
-    case acknowledged(index: Int, id: String)
+    /// The app is about to add an upload (before the call, so a kill during the add leaves
+    /// it journaled): `add I after=P,Q batch=B`. `after` lists the indices of its
+    /// prerequisites (empty when none); `batch` names the `addOperations` batch it is added in
+    /// (absent for a single `addOperation`). Every member of a batch gets its line before the
+    /// batch's one call.
+    case adding(index: Int, prerequisites: [Int], batch: String?)
+    /// `addOperation` (or the `addOperations` of its batch) returned for an upload, so it is
+    /// durable: `ack I id=ID after=P,Q` (`after` as in its `add` line, absent when none).
+    case acknowledged(index: Int, id: String, prerequisites: [Int])
+    /// The app did not add an upload because a prerequisite had failed for good (or was not
+    /// added itself): `skip I after=P`.
+    case skipped(index: Int, prerequisites: [Int])
+    /// The graph nodes in the failed area once `restore()` has returned, written after every
+    /// `restored` line of the launch and before any operation may run: `failed-area I,J` (or
+    /// `failed-area` alone). Only graph nodes (``AlbumGraph``) are listed.
+    case failedArea(indices: [Int])
     /// An attempt started: `start I attempt=A retries=R retry=B pid=P`.
     case started(index: Int, attempt: Int, retries: Int)
     /// An attempt ended asking for a retry: `retry I counted|uncounted`.
@@ -20,6 +34,9 @@ package enum JournalEvent: Equatable {
     case removed(id: String)
     /// The queue moved a record to the failed area: `moved-to-failed ID`.
     case movedToFailed(id: String)
+    /// The queue ended an upload without running it because its prerequisite failed for
+    /// good: `abandoned ID prerequisite=ID`.
+    case abandoned(id: String, prerequisite: String)
     /// Every operation finished and the app exits: `finished`.
     case finished
     /// A line this version does not know.
@@ -33,6 +50,9 @@ package enum JournalEvent: Equatable {
             words.first { $0.hasPrefix(key + "=") }.map { $0.dropFirst(key.count + 1) }
         }
         func number(_ key: String) -> Int? { value(key).flatMap { Int($0) } }
+        func numbers(_ text: Substring?) -> [Int] {
+            (text ?? "").split(separator: ",").compactMap { Int($0) }
+        }
         switch (words.first, index()) {
         case ("launch", _):
             let pid = words.count >= 2 ? Int32(words[1]) ?? 0 : 0
@@ -40,8 +60,14 @@ package enum JournalEvent: Equatable {
                            failedAfterCrashes: number("failed-after-crashes") ?? 0)
         case ("restored", let index?) where value("id") != nil:
             self = .restored(index: index, id: String(value("id")!))
+        case ("add", let index?):
+            self = .adding(index: index, prerequisites: numbers(value("after")), batch: value("batch").map(String.init))
         case ("ack", let index?) where value("id") != nil:
-            self = .acknowledged(index: index, id: String(value("id")!))
+            self = .acknowledged(index: index, id: String(value("id")!), prerequisites: numbers(value("after")))
+        case ("skip", let index?):
+            self = .skipped(index: index, prerequisites: numbers(value("after")))
+        case ("failed-area", _):
+            self = .failedArea(indices: numbers(words.count >= 2 ? words[1] : nil))
         case ("start", let index?):
             self = .started(index: index, attempt: number("attempt") ?? 0, retries: number("retries") ?? 0)
         case ("retry", let index?) where words.count >= 3:
@@ -54,6 +80,8 @@ package enum JournalEvent: Equatable {
             self = .removed(id: String(words[1]))
         case ("moved-to-failed", _) where words.count == 2:
             self = .movedToFailed(id: String(words[1]))
+        case ("abandoned", _) where words.count == 3 && value("prerequisite") != nil:
+            self = .abandoned(id: String(words[1]), prerequisite: String(value("prerequisite")!))
         case ("finished", _):
             self = .finished
         default:

@@ -5,9 +5,9 @@ import Testing
 @Suite("Crash demo", .timeLimit(.minutes(2)))
 struct CrashDemoTests {
     @Test func theDemoKillsTheAppTwiceAndReportsNothingLost() async throws {
-        // Given a small demo run: 8 uploads, 2 SIGKILLs
+        // Given a small demo run: 8 uploads and 3 albums (one refuses a photo), 2 SIGKILLs
         let result = try await onDedicatedThread {
-            try ChildApp.run("crash-demo", ["--count", "8", "--kills", "2", "--attempt-ms", "30"], timeout: 60)
+            try ChildApp.run("crash-demo", ["--count", "8", "--albums", "3", "--kills", "2", "--attempt-ms", "30"], timeout: 60)
         }
         // Then it exits with 0 after printing both kills, the relaunches and the tally
         #expect(result.status == 0, "\(result.output)\n\(result.error)")
@@ -15,8 +15,13 @@ struct CrashDemoTests {
         #expect(lines.filter { $0.hasPrefix("*** SIGKILL app") }.count == 2)
         #expect(lines.contains { $0.hasPrefix("[launch 3] app started") })
         #expect(lines.contains { $0.hasPrefix("[launch 3] every upload finished") })
-        #expect(lines.contains { $0.hasPrefix("completed:") && $0.hasSuffix(" 7") })
-        #expect(lines.contains { $0.hasPrefix("failed:") && $0.contains(" 1  in the failed area with reason \"403 upload refused\"") })
+        #expect(lines.contains { $0.hasPrefix("completed:") && $0.hasSuffix(" 20") })   // 7 uploads, 13 album nodes
+        #expect(lines.contains {
+            $0.hasPrefix("failed:") && $0.contains(" 3  in the failed area with reason \"403 upload refused\" x2, \"its prerequisite failed for good\"")
+        })
+        #expect(lines.contains { $0.hasPrefix("[launch 1] added album 0 (create <- photos 1-3 <- publish) with one addOperations call") })
+        #expect(lines.contains("dependents started before their prerequisites succeeded: 0"))
+        #expect(lines.contains("batches partly restored: 0"))
         #expect(lines.contains { $0.replacingOccurrences(of: " ", with: "") == "lost:0" })
         #expect(lines.contains("started again after completion: 0"))
         #expect(lines.last?.hasPrefix("OK:") == true)

@@ -13,10 +13,11 @@ struct CrashSoakTests {
 
     @Test func sixtyCyclesOfAimedKillsLoseNothingAndRepeatOnlyWhatWasInFlight() async throws {
         // Given the soak driver killing the app during restore, adds, attempts, retry waits
-        // and removals, with uploads that succeed, retry, fail for good and crash the app
+        // and removals, with uploads that succeed, retry, fail for good and crash the app, and
+        // one album (an operation graph, added as a batch or node by node) more per cycle
         let directory = try TemporaryDirectory()
         let arguments = [
-            "soak", "--cycles", "\(Self.cycles)", "--count", "\(Self.uploadsPerCycle)", "--seed", "20251121",
+            "soak", "--cycles", "\(Self.cycles)", "--count", "\(Self.uploadsPerCycle)", "--albums", "1", "--seed", "20251121",
             "--directory", directory.url.path,
         ]
         let (status, output) = try await onDedicatedThread { () -> (Int32, String) in
@@ -45,6 +46,10 @@ struct CrashSoakTests {
         let count = Self.cycles * Self.uploadsPerCycle
         let summary = try ChildProcessTests.verify(journal, count: count, failedIndices: failedIndices, crashLooped: crashLooped)
         print("crash soak verified by the test suite: \(journal.launches) launches, \(summary), \(crashLooped.count) crash-looped")
+        // And its albums kept the graph contract
+        let graphs = try OperationGraphCrashTests.verifyGraphs(journal, failed: failed, albums: Self.cycles, allowsCrashLoops: true)
+        print("crash soak's graphs verified by the test suite: \(graphs)")
+        #expect(output.contains("dependents started before their prerequisites succeeded: 0; batches partly restored: 0"))
         // And the kills were spread over every phase
         for phase in ["restore", "adds", "attempt", "retry-wait", "removal"] {
             #expect(!output.contains("\(phase) 0,") && !output.contains("\(phase) 0 "), "no kill during \(phase)")
