@@ -23,6 +23,13 @@ extension PersistentOperationQueue {
     /// Records already tracked (added in this run, or restored before) are skipped, so a
     /// second call restores nothing twice.
     ///
+    /// Unique keys: adds made before this call already saw the stored records (see
+    /// ``EnqueueOptions/uniqueKey``), so a record one of them kept is restored here, and one
+    /// it replaced is gone with its dependents. Of two stored records with the same unique
+    /// key — a replacement a crash interrupted after storing the new record — only the newer
+    /// is restored; the older is removed, reported in ``RestoreReport/removedAsReplaced``, and
+    /// the records that depend on it are cancelled.
+    ///
     /// ```swift
     /// queue.register(UploadOperation.self)
     /// let report = try queue.restore()
@@ -44,6 +51,10 @@ extension PersistentOperationQueue {
         var referencedBatches: Set<String> = []
         var report = RestoreReport()
         let (tracked, newestTrackedByKey) = state.withLock { state in
+            // The stored records become entries: the table of their keys that adds before a
+            // restore read (see `+StoredKeys`) is dropped, and read again if this restore
+            // throws before it completes.
+            state.storedUniqueKeys = nil
             var newest: [String: UInt64] = [:]
             for entry in state.entries.values {
                 if let key = entry.record.uniqueKey { newest[key] = max(newest[key] ?? 0, entry.record.enqueueSequence) }
@@ -136,6 +147,7 @@ extension PersistentOperationQueue {
         let ended = state.withLock { state in
             restored.map { link($0.id, to: $0.prerequisites, in: &state) }
         }
+        state.withLock { $0.hasRestored = true }
         for (record, ended) in zip(restored, ended) {
             scheduleLinked(record.id, due: record.due, ended: ended)
         }
