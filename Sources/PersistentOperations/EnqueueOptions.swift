@@ -17,7 +17,8 @@ public struct EnqueueOptions: Sendable, Hashable {
     public enum UniqueKeyPolicy: Sendable, Hashable {
         /// Keep the existing operation and do not store the new one (the default).
         case keepExisting
-        /// Cancel and remove the existing operation, then store the new one.
+        /// Store the new operation, then cancel and remove the existing one (and the
+        /// operations that depend on it, as any cancellation does).
         case replaceExisting
     }
 
@@ -30,6 +31,21 @@ public struct EnqueueOptions: Sendable, Hashable {
     public var tags: Set<String>
     /// A custom identifier of the work: at most one pending operation has a given key.
     /// Default: `nil`.
+    ///
+    /// Pending includes the operations an earlier launch left in the store, also before
+    /// ``PersistentOperationQueue/restore()`` has run: the first add with a unique key before
+    /// then reads the keys of the stored records (once), so a stored operation is kept (it runs
+    /// after the restore) or replaced (its record, and those of the stored operations that
+    /// depend on it, removed and reported ``PersistentOperationEvent/cancelled(_:)``) according
+    /// to ``ifUniqueKeyExists``. Adds without a key never read the store for it.
+    ///
+    /// ```swift
+    /// // Before restore(): a sync of this album left pending by the last launch is kept.
+    /// let result = try queue.addOperation(
+    ///     SyncOperation(payload: sync), options: EnqueueOptions(uniqueKey: "sync-album-42"))
+    /// if result.disposition == .keptExisting { print("\(result.id) runs after restore()") }
+    /// try queue.restore()
+    /// ```
     public var uniqueKey: String?
     /// What happens when ``uniqueKey`` is already taken. Default: ``UniqueKeyPolicy/keepExisting``.
     public var ifUniqueKeyExists: UniqueKeyPolicy

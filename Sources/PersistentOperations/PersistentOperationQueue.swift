@@ -81,6 +81,13 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         /// Batches being written by `addOperations`: their records are on disk before their
         /// commit marker, and `restore()` must not take them for an interrupted batch.
         var batchesInProgress: Set<String> = []
+        /// Whether a ``PersistentOperationQueue/restore()`` has completed: from then on the
+        /// entries cover every pending record an earlier launch left.
+        var hasRestored = false
+        /// Before then, the unique keys of the pending records on disk that are not entries,
+        /// each with its records' identifiers, newest last; `nil` until an add with a unique
+        /// key first needs them (see `+StoredKeys`).
+        var storedUniqueKeys: [String: [String]]?
     }
 
     /// The queue the attempts run in.
@@ -209,12 +216,26 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// Stores `operation` durably with a not-before date, tags or a unique key, then
     /// schedules it. See ``addOperation(_:)``.
     ///
+    /// **Unique keys.** When a pending operation already holds ``EnqueueOptions/uniqueKey``,
+    /// ``EnqueueOptions/UniqueKeyPolicy/keepExisting`` stores nothing and returns
+    /// ``EnqueueResult/Disposition/keptExisting`` with that operation's id;
+    /// ``EnqueueOptions/UniqueKeyPolicy/replaceExisting`` stores `operation` durably first,
+    /// then cancels the other one (its record is removed, and so are those of the operations
+    /// that depend on it). Pending operations include those an earlier launch left in the
+    /// store when ``restore()`` has not run yet: the first add with a unique key before then
+    /// reads the keys of the stored records once. A kept stored operation runs after
+    /// ``restore()``, in its place in run order; a replaced one is reported
+    /// ``PersistentOperationEvent/cancelled(_:)`` and never restored.
+    ///
     /// ```swift
     /// let result = try queue.addOperation(
     ///     SyncOperation(payload: sync),
     ///     options: EnqueueOptions(notBefore: tonight, tags: ["sync"], uniqueKey: "nightly-sync"))
     /// if result.disposition == .keptExisting { print("already scheduled as \(result.id)") }
     /// ```
+    ///
+    /// - Throws: The errors of ``addOperation(_:)``, and ``PersistenceError/Code/readFailed``
+    ///   when an add with a unique key before ``restore()`` cannot list the stored records.
     @discardableResult
     public func addOperation<Op: PersistentOperation>(_ operation: Op, options: EnqueueOptions) throws -> EnqueueResult {
         precondition(
@@ -227,10 +248,13 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         let payload = try RecordFormat.encodePayload(operation.payload)
 
         // An operation with dependencies is resolved, stored and linked under `graphLock`, so
-        // that no prerequisite ends unseen in between. A replaced operation is cancelled only
-        // after that lock is let go (its end takes the lock to settle its own dependents).
+        // that no prerequisite ends unseen in between; so is an add with a unique key before
+        // restore, which looks at the stored records too (see `+StoredKeys`). A replaced
+        // operation is cancelled only after that lock is let go (its end takes the lock to
+        // settle its own dependents).
+        let readsStoredKeys = options.uniqueKey != nil && needsStoredUniqueKeys()
         var replaced: String?
-        let result = try withGraphLock(if: !operation.dependencies.isEmpty) { () throws -> EnqueueResult in
+        let result = try withGraphLock(if: !operation.dependencies.isEmpty || readsStoredKeys) { () throws -> EnqueueResult in
             let prerequisites = operation.dependencies.isEmpty ? ResolvedPrerequisites() : try resolvePrerequisites(of: operation)
             guard let uniqueKey = options.uniqueKey else {
                 let id = try store(operation, payload: payload, options: options, prerequisites: prerequisites)
@@ -241,20 +265,34 @@ public final class PersistentOperationQueue: @unchecked Sendable {
             let existing = state.withLock { state in
                 state.entries.first { !$0.value.isCancelRequested && $0.value.ending == nil && $0.value.record.uniqueKey == uniqueKey }?.key
             }
-            guard let existing else {
+            if let existing {
+                switch options.ifUniqueKeyExists {
+                case .keepExisting:
+                    return EnqueueResult(id: PersistentOperationID(record: existing), disposition: .keptExisting)
+                case .replaceExisting:
+                    // The new record is durable before the old one is cancelled: a crash in between
+                    // leaves both, and restore keeps only the newer.
+                    let id = try store(operation, payload: payload, options: options, prerequisites: prerequisites)
+                    state.withLock { $0.entries[existing]?.isCancelRequested = true }
+                    replaced = existing
+                    return EnqueueResult(id: id, disposition: .replaced(PersistentOperationID(record: existing)))
+                }
+            }
+            // Before restore, the key may be held by a record an earlier launch left pending.
+            let stored = readsStoredKeys && needsStoredUniqueKeys() ? try storedRecords(withUniqueKey: uniqueKey) : []
+            guard let newest = stored.last else {
                 let id = try store(operation, payload: payload, options: options, prerequisites: prerequisites)
                 return EnqueueResult(id: id, disposition: .added)
             }
             switch options.ifUniqueKeyExists {
             case .keepExisting:
-                return EnqueueResult(id: PersistentOperationID(record: existing), disposition: .keptExisting)
+                // Not an entry yet: it runs after restore().
+                return EnqueueResult(id: PersistentOperationID(record: newest), disposition: .keptExisting)
             case .replaceExisting:
-                // The new record is durable before the old one is cancelled: a crash in between
-                // leaves both, and restore keeps only the newer.
+                // As above: the new record is durable before the stored one is removed.
                 let id = try store(operation, payload: payload, options: options, prerequisites: prerequisites)
-                state.withLock { $0.entries[existing]?.isCancelRequested = true }
-                replaced = existing
-                return EnqueueResult(id: id, disposition: .replaced(PersistentOperationID(record: existing)))
+                removeReplacedStoredRecords(stored)
+                return EnqueueResult(id: id, disposition: .replaced(PersistentOperationID(record: newest)))
             }
         }
         if let replaced { cancel(replaced) }

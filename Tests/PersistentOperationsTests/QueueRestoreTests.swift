@@ -183,4 +183,57 @@ struct QueueRestoreTests {
         #expect(fixture.lines == ["new#1 retry=false retries=0"])
         #expect(try fixture.pendingRecords().isEmpty)
     }
+
+    @Test func anInterruptedReplacementRemovesTheOlderRecordOnlyAfterItsDependentsAreRemovedAndSynced() async throws {
+        // Given two pending records with one unique key (as a crash mid-replacement leaves),
+        // the older with a dependent
+        let directory = try TemporaryDirectory()
+        let journal = UUID().uuidString
+        let store = try RecordStore(directory: directory.store)
+        func record(_ name: String, _ sequence: UInt64, key: String?, prerequisites: [String] = []) throws -> OperationRecord {
+            OperationRecord(
+                typeIdentifier: ScriptedUpload.persistenceIdentifier,
+                payload: try RecordFormat.encodePayload(UploadPayload(name: name, journal: journal)),
+                enqueueSequence: sequence, uniqueKey: key, prerequisites: prerequisites
+            )
+        }
+        let old = try record("old", 1, key: "sync")
+        let dependent = try record("dependent", 2, key: nil, prerequisites: [old.id])
+        let new = try record("new", 3, key: "sync")
+        for item in [old, dependent, new] { try store.add(item) }
+        store.close()
+        // And a file system that logs removals and syncs of the pending directory
+        let log = Locked<[String]>([])
+        var fileSystem = FileSystem.system
+        let unlink = fileSystem.unlink
+        let synchronizeDirectory = fileSystem.synchronizeDirectory
+        fileSystem.unlink = { path in
+            try unlink(path)
+            if let id = StoreLayout.recordIdentifier(fromFileName: URL(fileURLWithPath: path).lastPathComponent) {
+                log.withLock { $0.append("unlink \(id)") }
+            }
+        }
+        fileSystem.synchronizeDirectory = { path in
+            try synchronizeDirectory(path)
+            if path.hasSuffix("/pending") { log.withLock { $0.append("sync") } }
+        }
+
+        // When a queue restores
+        let fixture = try QueueFixture(directory: directory, fileSystem: fileSystem, journal: journal)
+        let report = try fixture.queue.restore()
+        await fixture.queue.allOperationsFinished()
+
+        // Then the dependent was cancelled, its removal synced before the older record was
+        // removed (a crash in between must not let it run as if its prerequisite had succeeded)
+        #expect(report.removedAsReplaced == [PersistentOperationID(record: old.id)])
+        let entries = log.withLock { $0 }
+        let dependentRemoved = try #require(entries.firstIndex(of: "unlink \(dependent.id)"))
+        let oldRemoved = try #require(entries.firstIndex(of: "unlink \(old.id)"))
+        #expect(entries[dependentRemoved...].dropFirst().first == "sync")
+        #expect(dependentRemoved < oldRemoved)
+        #expect(fixture.deliveredEvents().contains(.cancelled(PersistentOperationID(record: dependent.id))))
+        // And only the newer one ran
+        #expect(fixture.lines == ["new#1 retry=false retries=0"])
+        #expect(try fixture.pendingRecords().isEmpty)
+    }
 }

@@ -42,12 +42,21 @@ struct RetryLimitOutcomeTests {
         #expect(attempts == [2, 2, 2])
     }
 
-    @Test func aNonRetriableFailureStillCarriesTheAttemptsOwnError() async {
-        // Given an operation whose attempt fails for good
-        let operation = ScriptedOperation(asynchronous: true, steps: [.fail(TestError("forbidden"))])
-        // When it runs
-        operation.start()
-        // Then its outcome is that error itself, not a retry-limit error
-        #expect(await operation.finalOutcome.error as? TestError == TestError("forbidden"))
+    @Test func aNonRetriableFailureCarriesItsOwnErrorAndIsToldApartFromGivingUp() async {
+        // Given an operation whose attempt fails for good, and one whose attempt fails with
+        // the same error, retriable, under a policy that allows no retry
+        let failing = ScriptedOperation(asynchronous: true, steps: [.fail(TestError("forbidden"))])
+        let exhausted = ScriptedOperation(asynchronous: true, steps: [.retriableError(TestError("forbidden"))])
+        exhausted.retryPolicy = .constant(1, retryLimit: .maximum(0))
+        // When both run
+        failing.start()
+        exhausted.start()
+        // Then the failure's outcome is that error itself, not a retry-limit error
+        #expect(await failing.finalOutcome.error as? TestError == TestError("forbidden"))
+        // And giving up is told apart from it: retryLimitReached, carrying the same error
+        let gaveUp = await exhausted.finalOutcome.error as? RetryingOperationError
+        #expect(gaveUp?.code == .retryLimitReached)
+        #expect(gaveUp?.underlyingError as? TestError == TestError("forbidden"))
+        #expect(exhausted.numberOfAttempts == 1)
     }
 }

@@ -23,6 +23,13 @@ extension PersistentOperationQueue {
     /// Records already tracked (added in this run, or restored before) are skipped, so a
     /// second call restores nothing twice.
     ///
+    /// Unique keys: adds made before this call already saw the stored records (see
+    /// ``EnqueueOptions/uniqueKey``), so a record one of them kept is restored here, and one
+    /// it replaced is gone with its dependents. Of two stored records with the same unique
+    /// key — a replacement a crash interrupted after storing the new record — only the newer
+    /// is restored; the records that depend on the older one are cancelled (their removals
+    /// synced), then it is removed and reported in ``RestoreReport/removedAsReplaced``.
+    ///
     /// ```swift
     /// queue.register(UploadOperation.self)
     /// let report = try queue.restore()
@@ -44,6 +51,10 @@ extension PersistentOperationQueue {
         var referencedBatches: Set<String> = []
         var report = RestoreReport()
         let (tracked, newestTrackedByKey) = state.withLock { state in
+            // The stored records become entries: the table of their keys that adds before a
+            // restore read (see `+StoredKeys`) is dropped, and read again if this restore
+            // throws before it completes.
+            state.storedUniqueKeys = nil
             var newest: [String: UInt64] = [:]
             for entry in state.entries.values {
                 if let key = entry.record.uniqueKey { newest[key] = max(newest[key] ?? 0, entry.record.enqueueSequence) }
@@ -98,16 +109,12 @@ extension PersistentOperationQueue {
         for record in keyed {
             if let key = record.uniqueKey { newest[key] = max(newest[key] ?? 0, record.enqueueSequence) }
         }
+        // A replacement that a crash interrupted: the newer record wins. The older one is
+        // removed after the records that depend on it (see below).
+        var replaced: [String] = []
         for record in keyed {
             if let key = record.uniqueKey, let newestSequence = newest[key], newestSequence != record.enqueueSequence {
-                // A replacement that a crash interrupted: the newer record wins.
-                do {
-                    try store.removePending(id: record.id)
-                    store.clearAttemptsInFlight(forRecord: record.id)
-                    report.removedAsReplaced.append(PersistentOperationID(record: record.id))
-                } catch {
-                    reportStoreError(record.id, "could not remove a record replaced by a newer one with the same unique key: \(error)")
-                }
+                replaced.append(record.id)
                 continue
             }
             admitRestored(record, attemptsInFlight: markers[record.id] ?? 0, into: &restored, report: &report)
@@ -126,8 +133,20 @@ extension PersistentOperationQueue {
         let quarantinedIDs = Set(loaded.quarantined.compactMap { StoreLayout.recordIdentifier(fromFileName: $0.name) })
         restored = try settlePrerequisites(
             of: restored, unavailable: unavailable, quarantined: quarantinedIDs,
-            cancelled: Set(report.removedAsReplaced.map(\.rawValue)), report: &report
+            cancelled: Set(replaced), report: &report
         )
+        // Only now that the records depending on them are gone (each removal synced): a
+        // dependent must never outlive a cancelled prerequisite on disk, or the next restore
+        // would take the prerequisite for one that succeeded.
+        for id in replaced {
+            do {
+                try store.removePending(id: id)
+                store.clearAttemptsInFlight(forRecord: id)
+                report.removedAsReplaced.append(PersistentOperationID(record: id))
+            } catch {
+                reportStoreError(id, "could not remove a record replaced by a newer one with the same unique key: \(error)")
+            }
+        }
         report.restored = restored.map { PersistentOperationID(record: $0.id) }
         // Reported before any of them is scheduled, so each `restored` event comes before
         // the operation's first `started`.
@@ -136,6 +155,7 @@ extension PersistentOperationQueue {
         let ended = state.withLock { state in
             restored.map { link($0.id, to: $0.prerequisites, in: &state) }
         }
+        state.withLock { $0.hasRestored = true }
         for (record, ended) in zip(restored, ended) {
             scheduleLinked(record.id, due: record.due, ended: ended)
         }

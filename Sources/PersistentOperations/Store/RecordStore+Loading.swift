@@ -37,6 +37,26 @@ extension RecordStore {
         try loadArea(.pending, finishingMovesTo: .failed, where: { $0.failureReason != nil }, reservingCapacity: reserve, each: body)
     }
 
+    /// Hands every readable pending record to `body`, in no particular order, and changes
+    /// nothing: an entry that cannot be used, or a record a crash left halfway to the failed
+    /// area, is skipped (the next ``loadPending()`` quarantines or moves it). The records
+    /// read count toward ``nextEnqueueSequence()`` like a load's.
+    ///
+    /// - Throws: ``PersistenceError/Code/readFailed`` or
+    ///   ``PersistenceError/Code/directoryUnavailable`` when the directory cannot be listed.
+    package func readPendingRecords(each body: (OperationRecord) throws -> Void) throws {
+        var largest: UInt64 = 0
+        for name in try listArea(.pending) where !StoreLayout.isTemporaryFileName(name) {
+            guard case .record(let record) = inspectEntry(name, in: .pending) else { continue }
+            largest = max(largest, record.enqueueSequence)
+            if record.failureReason == nil { try body(record) }
+        }
+        state.withLock { state in
+            state.lastEnqueueSequence = max(state.lastEnqueueSequence, largest)
+            state.areasWithKnownEnqueueSequences.insert(.pending)
+        }
+    }
+
     /// Reads one pending record again, verified like a load.
     ///
     /// - Throws: ``PersistenceError/Code/recordNotFound`` when there is no such record, or
