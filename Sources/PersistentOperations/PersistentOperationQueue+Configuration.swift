@@ -31,7 +31,9 @@ extension PersistentOperationQueue {
         /// that use the default scheduler. Default: a `DispatchRetryScheduler`. Tests pass a
         /// `ManualRetryScheduler` to move time by hand.
         public var scheduler: any RetryScheduler
-        /// Receives the queue's log messages. Default: `nil` (no logging).
+        /// Receives the queue's log messages, on the queue's private serial queue for events
+        /// and in order with them (never while the queue holds a lock of its own). Default:
+        /// `nil` (no logging).
         public var logHandler: RetryLogHandler?
 
         /// The file system the store goes through (fault injection in tests).

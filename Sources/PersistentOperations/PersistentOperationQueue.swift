@@ -444,8 +444,11 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         }
     }
 
+    /// Hands a message to the configured log handler on the events' serial queue, in order
+    /// with the events: the handler is user code, and the queue may hold one of its locks here.
     func log(_ level: RetryLogHandler.Level, _ text: @autoclosure () -> String) {
         guard let handler = configuration.logHandler, level >= handler.minimumLevel else { return }
-        handler.handle(RetryLogHandler.Message(level: level, text: text(), operationDescription: "PersistentOperationQueue"))
+        let message = RetryLogHandler.Message(level: level, text: text(), operationDescription: "PersistentOperationQueue")
+        hub.deliver { handler.handle(message) }
     }
 }

@@ -56,6 +56,11 @@ final class EventHub: Sendable {
     }
 
     /// Waits until every event emitted so far has been delivered.
+    /// Runs `body` on the delivery queue, after the events emitted before it.
+    func deliver(_ body: @escaping @Sendable () -> Void) {
+        delivery.async(execute: body)
+    }
+
     func flush() {
         delivery.sync {}
     }
