@@ -79,6 +79,7 @@ do {
     queue.waitUntilAllOperationsAreFinished()
     print(trace.all)
     precondition(trace.all.first == "create album" && trace.all.last == "publish album")
+    queue.close()                                       // lets the next block open the store
 }
 //: ## A failure takes its dependents with it
 //: When a prerequisite fails for good, its dependents move to the failed area too, naming it.
@@ -96,6 +97,7 @@ do {
     }
     precondition(failed.count == 2)
     precondition(!trace.all.contains("upload to broken album"))
+    queue.close()
 }
 try? FileManager.default.removeItem(at: storeURL)
 print("done")
