@@ -77,7 +77,9 @@ struct AppCommand {
         if addsCrasher {
             jobs.append(UploadJob(index: count, behaviour: .crashesTheApp, attemptMilliseconds: attemptMilliseconds))
         }
-        for job in jobs where !earlier.acknowledged.contains(job.index) {
+        // An upload restored in this launch is stored already, and may have finished and freed its
+        // unique key by now (the albums above take time to add): adding it again would run it again.
+        for job in jobs where !earlier.acknowledged.contains(job.index) && restored[job.index] == nil {
             // The unique key makes re-adding after a kill between add and acknowledgement a no-op.
             let result = try queue.addOperation(DemoUpload(payload: job), options: EnqueueOptions(uniqueKey: "upload-\(job.index)"))
             Effects.write("ack \(job.index) id=\(result.id)")

@@ -32,6 +32,11 @@ public struct EnqueueOptions: Sendable, Hashable {
     /// A custom identifier of the work: at most one pending operation has a given key.
     /// Default: `nil`.
     ///
+    /// The key deduplicates pending work only: once its operation has succeeded, been cancelled
+    /// or moved to the failed area, the key is free, and adding again runs the work again. An
+    /// app that re-adds after a launch was killed should skip what ``PersistentOperationQueue/restore()``
+    /// brought back, not rely on the key, since the restored operation may finish first.
+    ///
     /// Pending includes the operations an earlier launch left in the store, also before
     /// ``PersistentOperationQueue/restore()`` has run: the first add with a unique key before
     /// then reads the keys of the stored records (once), so a stored operation is kept (it runs
