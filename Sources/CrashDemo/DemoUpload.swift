@@ -86,7 +86,9 @@ final class DemoUpload: RetryingOperation, PersistentOperation, @unchecked Senda
         let retries = numberOfRetries ?? 0
         Effects.write("start \(payload.index) attempt=\(attempt) retries=\(retries) retry=\(isRetry) pid=\(getpid())")
         if payload.behaviour == .crashesTheApp {
-            kill(getpid(), SIGKILL)
+            // A poison operation: a Swift runtime trap, as a bug in an operation would cause
+            // (SIGILL or SIGTRAP, which the queue's crash-signal handler witnesses).
+            fatalError("upload \(payload.index) crashes the app")
         }
         DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(payload.attemptMilliseconds)) { [self] in
             switch payload.behaviour {

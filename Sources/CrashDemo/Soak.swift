@@ -96,12 +96,12 @@ struct SoakCommand {
             temporaryFilesAfterKills += temporaryFiles(in: store).count
         }
 
-        // Then let it finish: each pending crasher may still kill up to `crashLoopLimit` launches.
+        // Then let it finish: each pending crasher may still crash up to `crashLoopLimit` + 1 launches.
         let finalCount = cycles * count
         let finalAlbums = cycles * albumsPerCycle
         var finalLaunches = 0
         var finished = false
-        while !finished && finalLaunches <= (crasherLaunches + 1) * crashLoopLimit + 1 {
+        while !finished && finalLaunches <= (crasherLaunches + 1) * (crashLoopLimit + 1) + 1 {
             finalLaunches += 1
             let app = try launch(appArguments(store: store, effects: effects, count: finalCount, albums: finalAlbums, crasher: false), errors: errors)
             guard waitForExit(app, timeout: 300) else {
@@ -141,7 +141,7 @@ struct SoakCommand {
               kills by phase: \(phases) (\(late) of them after the aimed-at moment did not come within 2 s)
               launches: \(cycles + finalLaunches) (\(finalLaunches) after the last cycle; \(tally.launches) got as far as restoring); a crasher added in \(crasherLaunches) cycles
               acknowledged: \(tally.acknowledged), completed: \(tally.completed), failed for good (refused): \(tally.refused)
-              crash-looped: \(tally.crashLoopedCrashers) crashers, \(tally.crashLoopedOthers) other uploads in flight at \(crashLoopLimit) consecutive kills
+              crash-loop protection moved aside: \(tally.crashLoopedCrashers) crashers (each after \(crashLoopLimit) crashes while it ran alone), \(tally.crashLoopedOthers) other uploads
               albums: \(finalAlbums) (\(tally.graphNodes) graph nodes): \(tally.graphNodesCompleted) completed, \(tally.graphNodesFailedWithPrerequisite) failed with a prerequisite, \(tally.graphNodesNotAdded) not added after a prerequisite failed
               dependents started before their prerequisites succeeded: \(tally.startsBeforePrerequisites); batches partly restored: \(tally.partlyRestoredBatches)
               lost: \(tally.lost), ran twice: \(tally.ranTwice) (each completed in a launch killed before its record was removed)

@@ -8,8 +8,9 @@ import PersistentOperations
 ///
 /// - Every upload 0..<count was acknowledged (or finished) by some launch.
 /// - Every acknowledged upload completed, or sits in the failed area: refused uploads with
-///   their refusal, crashers and uploads in flight at `crashLoopLimit` consecutive kills with
-///   the crash-loop reason. None is lost.
+///   their refusal, crashers with the crash-loop reason. None is lost, and no upload that
+///   does not crash the app is moved aside by crash-loop protection, however many kills it
+///   was in flight at.
 /// - No upload started again after its record was removed; retry counts never went down;
 ///   attempt numbers always went up; an upload completed twice only in different launches
 ///   (the first one killed before the record was removed).
@@ -97,6 +98,9 @@ struct SoakVerifier {
                 break
             }
         }
+        if tally.crashLoopedOthers > 0 {
+            problems.append("\(tally.crashLoopedOthers) uploads that never crash the app were moved aside by crash-loop protection")
+        }
         if tally.quarantined > 0 { problems.append("\(tally.quarantined) entries were quarantined: a kill left a damaged record") }
 
         let failedUploads = failed.filter { AlbumGraph.node(of: $0.index) == nil }
@@ -110,7 +114,7 @@ struct SoakVerifier {
         var lost: [Int] = []
         for index in acknowledged.sorted() {
             if let failure = failedByIndex[index] {
-                let crashLooped = failure.reason.contains("consecutive crashes")
+                let crashLooped = failure.reason.contains("crashed the process")
                 switch failure.behaviour {
                 case .refused:
                     if crashLooped { tally.crashLoopedOthers += 1 } else { tally.refused += 1 }
@@ -161,7 +165,7 @@ struct SoakVerifier {
                     tally.graphNodesCompleted += 1
                     // A completed node may crash-loop afterwards: killed before its record was
                     // removed, then in flight at the next kills.
-                    if let failure = failedByIndex[node.index], !failure.reason.contains("consecutive crashes") {
+                    if let failure = failedByIndex[node.index], !failure.reason.contains("crashed the process") {
                         problems.append("\(name) completed but sits in the failed area: \(failure.reason)")
                     }
                 } else if let failure = failedByIndex[node.index] {
@@ -171,7 +175,7 @@ struct SoakVerifier {
                             problems.append("\(name) failed naming prerequisite \(prerequisite), which is not one of its prerequisites in the failed area")
                             continue
                         }
-                    } else if failure.reason.contains("consecutive crashes") {
+                    } else if failure.reason.contains("crashed the process") {
                         tally.crashLoopedOthers += 1
                     } else if failure.behaviour == .refused {
                         tally.refused += 1

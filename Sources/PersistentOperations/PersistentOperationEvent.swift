@@ -42,6 +42,11 @@ public enum PersistentOperationEvent: Sendable, Hashable {
     /// The operation will never run because `prerequisite` failed for good or was cancelled
     /// (or could not be read); a ``failed(_:reason:)`` or ``cancelled(_:)`` event for it follows.
     case abandoned(PersistentOperationID, prerequisite: PersistentOperationID)
+    /// The operation's next attempt runs alone, with no other attempt in flight: it was in
+    /// flight when an earlier launch crashed (beside others, or alone `crashes` times), and a
+    /// crash during this attempt is attributed to it. A ``started(_:attempt:)`` event follows.
+    /// See ``PersistentOperationQueue/Configuration/crashLoopLimit``.
+    case runningAlone(PersistentOperationID, crashes: Int)
     /// A stored entry could not be used and was moved to the quarantine area.
     case quarantined(entryName: String, reason: String)
     /// A stored record names a type that was never registered; it stays on disk untouched.

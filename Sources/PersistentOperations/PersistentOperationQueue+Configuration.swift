@@ -10,15 +10,19 @@ extension PersistentOperationQueue {
     ///                                          configuration: configuration)
     /// ```
     public struct Configuration: Sendable {
-        /// The default ``crashLoopLimit``: 3 consecutive crashes during an attempt.
+        /// The default ``crashLoopLimit``: 3 crashes while the operation's attempt ran alone.
         public static let defaultCrashLoopLimit = 3
         /// The default ``maximumRecordSize``: 1 MiB, far above a typical payload (under 1 KiB)
         /// and small enough that restoring thousands of records stays fast.
         public static let defaultMaximumRecordSize = RecordFormat.defaultMaximumRecordSize
 
-        /// After how many consecutive launches that ended while one of its attempts was
-        /// running an operation is moved to the failed area instead of run again.
-        /// Default: ``defaultCrashLoopLimit``. Must be at least 1.
+        /// After how many crashes attributed to it an operation is moved to the failed area
+        /// instead of run again. Default: ``defaultCrashLoopLimit``. Must be at least 1.
+        ///
+        /// A crash is attributed to an operation only when its attempt was the only one in
+        /// flight; after a crash with several in flight, each of them runs its next attempt
+        /// alone. A kill from outside (SIGKILL, as the OS ends apps) is attributed to nobody
+        /// while ``installsCrashSignalHandlers`` is on. See <doc:ResumingAfterACrash>.
         public var crashLoopLimit: Int {
             didSet { precondition(crashLoopLimit >= 1, "crashLoopLimit must be at least 1") }
         }
@@ -36,6 +40,19 @@ extension PersistentOperationQueue {
         /// `nil` (no logging).
         public var logHandler: RetryLogHandler?
 
+        /// Whether the queue installs handlers for the crash signals (SIGSEGV, SIGBUS, SIGILL,
+        /// SIGTRAP, SIGFPE, SIGABRT) that note, in the store, that the process crashed, so that
+        /// the next launch can tell a crash from a kill. Default: `true`.
+        ///
+        /// The handlers are installed once per process, when the first queue opens, and pass
+        /// every signal on to the handler installed before them (a crash reporter, the Swift
+        /// runtime's backtracer) or to the default action, so crashes end the process, and are
+        /// reported, as before. A crash reporter installed later must pass signals on too (the
+        /// common ones do), or crashes look like kills. With `false`, every death with an
+        /// attempt in flight may have been a crash: an operation alone in flight when the OS
+        /// kills the app counts it as a crash.
+        public var installsCrashSignalHandlers: Bool = true
+
         /// The file system the store goes through (fault injection in tests).
         package var fileSystem: FileSystem = .system
 
@@ -44,7 +61,8 @@ extension PersistentOperationQueue {
             crashLoopLimit: Int = defaultCrashLoopLimit,
             maximumRecordSize: Int = defaultMaximumRecordSize,
             scheduler: any RetryScheduler = DispatchRetryScheduler(),
-            logHandler: RetryLogHandler? = nil
+            logHandler: RetryLogHandler? = nil,
+            installsCrashSignalHandlers: Bool = true
         ) {
             precondition(crashLoopLimit >= 1, "crashLoopLimit must be at least 1")
             precondition(maximumRecordSize > RecordFormat.headerSize, "maximumRecordSize is too small to hold a record")
@@ -52,6 +70,7 @@ extension PersistentOperationQueue {
             self.maximumRecordSize = maximumRecordSize
             self.scheduler = scheduler
             self.logHandler = logHandler
+            self.installsCrashSignalHandlers = installsCrashSignalHandlers
         }
     }
 }

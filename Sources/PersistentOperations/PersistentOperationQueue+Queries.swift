@@ -307,7 +307,7 @@ extension PersistentOperationQueue {
             // Built when due, like a restored record (its retry count was reset by the requeue).
             guard isRebuildable(record, report: &report) else { continue }
             hub.emit(.enqueued(PersistentOperationID(record: record.id), typeIdentifier: record.typeIdentifier))
-            trackRestored(record, attemptsInFlight: 0)
+            trackRestored(record)
             requeued.append(RestoredRecord(
                 id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate,
                 prerequisites: record.prerequisites

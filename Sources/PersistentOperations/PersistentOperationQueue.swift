@@ -88,6 +88,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         /// each with its records' identifiers, newest last; `nil` until an add with a unique
         /// key first needs them (see `+StoredKeys`).
         var storedUniqueKeys: [String: [String]]?
+        /// Operations whose next attempt runs alone, in the order they run; while any remain,
+        /// the first one is the only operation given a slot (see `+Isolation`).
+        var isolation: [String] = []
     }
 
     /// The queue the attempts run in.
@@ -114,6 +117,10 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// an operation that fails or is cancelled (with its dependents), restoring, and
     /// re-queueing failed records. Taken before `failedAreaLock` and `uniqueKeyLock`.
     let graphLock = NSLock()
+    /// How the last launch that used this store ended (see `RecordStore+CrashEvidence`).
+    let previousLaunchEnding: PreviousLaunchEnding
+    /// This launch's registration with the crash-signal witness.
+    let witness: WitnessRegistration?
 
     /// Opens (creating it if needed, mode 0700) the store at `directory` and takes its lock.
     ///
@@ -145,17 +152,22 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         self.directory = directory
         self.operationQueue = operationQueue
         self.configuration = configuration
-        self.store = try RecordStore(
+        let store = try RecordStore(
             directory: directory,
             configuration: RecordStore.Configuration(
                 maximumRecordSize: configuration.maximumRecordSize,
                 fileSystem: configuration.fileSystem
             )
         )
+        self.store = store
         self.timer = DueTimer(base: configuration.scheduler)
+        let launch = try store.beginLaunch(witness: configuration.installsCrashSignalHandlers)
+        self.previousLaunchEnding = launch.ending
+        self.witness = launch.descriptor.map { WitnessRegistration(descriptor: $0, store: store) }
     }
 
     deinit {
+        witness?.end()
         hub.finishStreams()
     }
 
@@ -434,6 +446,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// ```
     public func close() {
         state.withLock { $0.isClosed = true }
+        witness?.end()
         store.close()
         hub.flush()
     }

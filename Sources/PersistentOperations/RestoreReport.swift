@@ -23,8 +23,10 @@ public struct RestoreReport: Sendable, Hashable {
     /// The operations rebuilt and scheduled, in the order they were queued (priority, then
     /// enqueue order).
     public var restored: [PersistentOperationID] = []
-    /// Operations whose attempt was in flight during as many consecutive crashes as the
-    /// configured limit; they were moved to the failed area instead of run again.
+    /// Operations that crashed the process as many times as the configured
+    /// ``PersistentOperationQueue/Configuration/crashLoopLimit``, each time while their attempt
+    /// was the only one in flight; they were moved to the failed area instead of run again.
+    /// The failed record's reason says how many crashes were attributed to it.
     public var movedToFailedAfterCrashes: [PersistentOperationID] = []
     /// Entries that were corrupt, truncated, oversized, not regular files, or whose payload
     /// did not decode; they were moved to the quarantine area.
@@ -48,7 +50,40 @@ public struct RestoreReport: Sendable, Hashable {
     /// registered, or a newer library wrote it): kept on disk untouched, like it.
     public var heldForUnavailablePrerequisites: [PersistentOperationID] = []
 
+    /// Operations whose next attempt runs alone, in the order they run, before anything else
+    /// is started: they were in flight when the last launch crashed beside other attempts, or
+    /// crashes are on file for them. A crash during such an attempt is attributed to that
+    /// operation; see ``PersistentOperationEvent/runningAlone(_:crashes:)``.
+    public var runAlone: [PersistentOperationID] = []
+    /// How the last launch that used the store ended, as far as its attempts in flight go.
+    public var previousLaunchEnding: LaunchEnding = .noAttemptsInFlight
+
+    /// How a launch ended, as far as its attempts in flight go.
+    public enum LaunchEnding: Sendable, Hashable {
+        /// No attempt was in flight when it ended (or it ended before any started).
+        case noAttemptsInFlight
+        /// It crashed with attempts in flight: the queue's crash-signal handler saw `signal`
+        /// (see ``PersistentOperationQueue/Configuration/installsCrashSignalHandlers``).
+        case crashed(signal: Int32)
+        /// It was killed from outside with attempts in flight (SIGKILL, as the OS ends apps;
+        /// or it exited): the crash-signal handler saw no crash. Attributed to nobody.
+        case killed
+        /// It ended with attempts in flight and had no crash-signal handler: a crash or a kill.
+        case unwitnessed
+    }
+
     public init() {}
+}
+
+extension RestoreReport.LaunchEnding {
+    init(_ ending: PreviousLaunchEnding) {
+        switch ending {
+        case .noAttemptsInFlight: self = .noAttemptsInFlight
+        case .crashed(let signal): self = .crashed(signal: signal)
+        case .killed: self = .killed
+        case .unwitnessed: self = .unwitnessed
+        }
+    }
 }
 
 /// A stored record whose type was never registered with ``PersistentOperationQueue/register(_:)``.

@@ -106,7 +106,7 @@ struct ChildProcessTests {
         #expect(journal.indices("start").count == 3)
         let failed = try RecordStore(directory: directory.store, access: .readOnly).loadFailed().records
         #expect(failed.count == 1)
-        #expect(failed.first?.failureReason?.contains("3 consecutive crashes") == true)
+        #expect(failed.first?.failureReason?.contains("crashed the process 3 times") == true)
         #expect(try directory.names(in: "pending").isEmpty)
     }
 

@@ -32,6 +32,15 @@ final class TemporaryDirectory: Sendable {
     func names(in area: String) throws -> Set<String> {
         Set(try FileManager.default.contentsOfDirectory(atPath: path(area)))
     }
+
+    /// Appends to the store's launch file the line the crash-signal handler writes when the
+    /// process crashes with `signal` (for launches simulated in-process, closed as if crashed).
+    func noteCrash(signal: Int32) throws {
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path("attempts", "launch")))
+        defer { try? handle.close() }
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data("crashed \(signal)\n".utf8))
+    }
 }
 
 /// A payload with the kinds of values real payloads hold.

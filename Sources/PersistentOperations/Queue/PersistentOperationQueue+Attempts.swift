@@ -7,20 +7,32 @@ import Foundation
 extension PersistentOperationQueue {
     /// Counts the attempt in its marker (for crash-loop protection) and reports it.
     func attemptWillStart(_ id: String, attempt: Int?) {
-        let counts = state.withLock { state -> (inFlight: Int, attempt: Int)? in
+        struct Start { var inFlight: Int, attempt: Int, crashes: Int, runsAlone: Bool, hadSuspectFile: Bool }
+        let start = state.withLock { state -> Start? in
             guard var entry = state.entries[id] else { return nil }
             defer { state.entries[id] = entry }
             entry.attemptsInFlight += 1
             entry.record.numberOfAttempts = attempt ?? entry.record.numberOfAttempts + 1
-            return (entry.attemptsInFlight, entry.record.numberOfAttempts)
+            defer {
+                entry.runsAlone = false
+                entry.hasSuspectFile = false
+            }
+            return Start(
+                inFlight: entry.attemptsInFlight, attempt: entry.record.numberOfAttempts, crashes: entry.crashes,
+                runsAlone: entry.runsAlone, hadSuspectFile: entry.hasSuspectFile
+            )
         }
-        guard let counts else { return }
+        guard let start else { return }
         do {
-            try store.setAttemptsInFlight(counts.inFlight, forRecord: id)
+            try store.setAttemptsInFlight(start.inFlight, crashes: start.crashes, forRecord: id)
         } catch {
             reportStoreError(id, "could not record the start of an attempt: \(error)")
         }
-        hub.emit(.started(PersistentOperationID(record: id), attempt: counts.attempt))
+        // The marker now carries what the suspect file said.
+        if start.hadSuspectFile { store.clearSuspect(forRecord: id) }
+        let operationID = PersistentOperationID(record: id)
+        if start.runsAlone { hub.emit(.runningAlone(operationID, crashes: start.crashes)) }
+        hub.emit(.started(operationID, attempt: start.attempt))
     }
 
     /// Saves the retry count and next-attempt date, then frees the attempt's slot.
@@ -37,6 +49,8 @@ extension PersistentOperationQueue {
                 entry.record.lastErrorDescription = description
             }
             entry.attemptsInFlight = 0
+            // The attempt ended without crashing the process: no crash on file any more.
+            entry.crashes = 0
             var slot: AttemptSlot?
             if case .running(let running) = entry.phase { slot = running }
             entry.phase = .waitingToRetry

@@ -72,6 +72,8 @@ extension PersistentOperationQueue {
             var unblocked: [(id: String, due: Date?)] = []
             var emptyBatch: String?
             var released: [Operation] = []
+            var hadSuspectFile = false
+            var wasIsolatedNext = false
         }
         let forgotten = state.withLock { state -> Forgotten? in
             guard let entry = state.entries.removeValue(forKey: id) else { return nil }
@@ -82,6 +84,11 @@ extension PersistentOperationQueue {
                 forgotten.released.append(operation)
             }
             forgotten.released += entry.heldDependents
+            forgotten.hadSuspectFile = entry.hasSuspectFile
+            if state.isolation.contains(id) {
+                forgotten.wasIsolatedNext = state.isolation.first == id
+                endIsolation(of: id, in: &state)
+            }
             switch entry.phase {
             case .queued(let queued): forgotten.slot = queued
             case .running(let running): forgotten.slot = running
@@ -113,11 +120,17 @@ extension PersistentOperationQueue {
             return forgotten
         }
         guard let forgotten else { return }
+        if forgotten.hadSuspectFile {
+            store.clearSuspect(forRecord: id)
+        }
         if let slot = forgotten.slot {
             if slot.isExecuting { slot.release() } else { slot.cancel() }
         }
         if let batch = forgotten.emptyBatch {
             store.removeBatchMarker(batch)
+        }
+        if forgotten.wasIsolatedNext {
+            refillSlots()
         }
         for (dependent, due) in forgotten.unblocked {
             hub.emit(.unblocked(PersistentOperationID(record: dependent)))

@@ -45,7 +45,8 @@ extension PersistentOperationQueue {
         // restored records is resolved against the tracked ones.
         graphLock.lock()
         defer { graphLock.unlock() }
-        let markers = store.attemptsInFlight()
+        let suspects = store.suspects()
+        var pendingIDs: Set<String> = []
         let committedBatches = try store.committedBatches()
         let batchesInProgress = state.withLock { $0.batchesInProgress }
         var referencedBatches: Set<String> = []
@@ -75,6 +76,7 @@ extension PersistentOperationQueue {
             state.withLock { $0.entries.reserveCapacity($0.entries.count + count) }
             restored.reserveCapacity(count)
         }) { record in
+            pendingIDs.insert(record.id)
             if let batch = record.batchID {
                 guard committedBatches.contains(batch) || batchesInProgress.contains(batch) else {
                     // Its `addOperations` never returned: the batch counts whole or not at all.
@@ -93,7 +95,7 @@ extension PersistentOperationQueue {
             if record.uniqueKey != nil {
                 keyed.append(record)
             } else {
-                admitRestored(record, attemptsInFlight: markers[record.id] ?? 0, into: &restored, report: &report)
+                admitRestored(record, suspect: suspects[record.id], into: &restored, report: &report)
             }
         }
         for entry in loaded.quarantined {
@@ -117,9 +119,13 @@ extension PersistentOperationQueue {
                 replaced.append(record.id)
                 continue
             }
-            admitRestored(record, attemptsInFlight: markers[record.id] ?? 0, into: &restored, report: &report)
+            admitRestored(record, suspect: suspects[record.id], into: &restored, report: &report)
         }
         keyed = []
+        for id in suspects.keys where !pendingIDs.contains(id) {
+            // Its record is gone (removed before it was restored): nothing left to suspect.
+            store.clearSuspect(forRecord: id)
+        }
 
         for batch in committedBatches.subtracting(referencedBatches).subtracting(batchesInProgress) {
             // Every record of the batch has finished: its marker has nothing left to commit.
@@ -148,12 +154,20 @@ extension PersistentOperationQueue {
             }
         }
         report.restored = restored.map { PersistentOperationID(record: $0.id) }
+        report.previousLaunchEnding = RestoreReport.LaunchEnding(previousLaunchEnding)
+        // Those that must run alone: crashes on file first, so that a poison operation is
+        // tried again before the others; then in run order (`restored` is sorted).
+        let isolated = restored.filter(\.runsAlone).enumerated()
+            .sorted { ($0.element.crashes, -$0.offset) > ($1.element.crashes, -$1.offset) }
+            .map(\.element.id)
+        report.runAlone = isolated.map { PersistentOperationID(record: $0) }
         // Reported before any of them is scheduled, so each `restored` event comes before
         // the operation's first `started`.
         hub.emit(contentsOf: restored.map { .restored(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) })
         // Every restored entry exists before any is linked, so prerequisites among them are found.
         let ended = state.withLock { state in
-            restored.map { link($0.id, to: $0.prerequisites, in: &state) }
+            state.isolation += isolated
+            return restored.map { link($0.id, to: $0.prerequisites, in: &state) }
         }
         state.withLock { $0.hasRestored = true }
         for (record, ended) in zip(restored, ended) {
@@ -170,6 +184,8 @@ extension PersistentOperationQueue {
         var order: RunOrder
         var due: Date?
         var prerequisites: [String]
+        var crashes = 0
+        var runsAlone = false
     }
 
     /// Removes a record of a batch whose commit marker does not exist.
@@ -186,15 +202,15 @@ extension PersistentOperationQueue {
     /// Tracks one restored record, unless it crash-looped (moved to the failed area) or
     /// cannot be rebuilt (reported); the payload is decoded to check it, but the operation is
     /// built only when its first attempt starts.
-    private func admitRestored(_ record: OperationRecord, attemptsInFlight inFlight: Int, into restored: inout [RestoredRecord], report: inout RestoreReport) {
+    private func admitRestored(_ record: OperationRecord, suspect: CrashSuspect?, into restored: inout [RestoredRecord], report: inout RestoreReport) {
         let id = PersistentOperationID(record: record.id)
-        if inFlight >= configuration.crashLoopLimit {
-            let reason = "an attempt was running during \(inFlight) consecutive crashes (crash-loop limit \(configuration.crashLoopLimit))"
+        if let suspect, suspect.crashes >= configuration.crashLoopLimit {
+            let reason = "it crashed the process \(suspect.crashes) times while its attempt ran alone (crash-loop limit \(configuration.crashLoopLimit))"
             do {
                 var failed = record
-                failed.attemptsInFlight = inFlight
+                failed.attemptsInFlight = suspect.interruptedAttempts
                 _ = try store.moveToFailed(failed, reason: reason)
-                store.clearAttemptsInFlight(forRecord: record.id)
+                store.clearSuspect(forRecord: record.id)
                 report.movedToFailedAfterCrashes.append(id)
                 hub.emit(.failed(id, reason: reason))
             } catch {
@@ -203,10 +219,10 @@ extension PersistentOperationQueue {
             return
         }
         guard isRebuildable(record, report: &report) else { return }
-        trackRestored(record, attemptsInFlight: inFlight)
+        trackRestored(record, suspect: suspect)
         restored.append(RestoredRecord(
             id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate,
-            prerequisites: record.prerequisites
+            prerequisites: record.prerequisites, crashes: suspect?.crashes ?? 0, runsAlone: suspect?.runsAlone ?? false
         ))
     }
 

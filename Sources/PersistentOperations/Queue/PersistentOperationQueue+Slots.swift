@@ -19,7 +19,7 @@ extension PersistentOperationQueue {
     /// Under the lock: gives a due entry a slot when the `OperationQueue` has room for one,
     /// or puts it in `ready` until it has.
     func queueOrHold(_ entry: inout Entry, in state: inout State, window: Int) -> AttemptSlot? {
-        guard state.slotsInQueue < window else {
+        guard state.slotsInQueue < window, isolationAllows(entry.record.id, in: state) else {
             hold(&entry, in: &state)
             return nil
         }
@@ -59,22 +59,18 @@ extension PersistentOperationQueue {
             if var entry = state.entries[leaving.recordID], case .queued(let queued) = entry.phase, queued === leaving {
                 hold(&entry, in: &state)
                 state.entries[leaving.recordID] = entry
+            } else {
+                // Its attempt ended.
+                endIsolation(of: leaving.recordID, in: &state)
             }
-            var slots: [AttemptSlot] = []
-            while state.slotsInQueue < window, let next = state.ready.popFirst() {
-                // Skip what was cancelled or forgotten while it waited.
-                guard var entry = state.entries[next.id], case .ready = entry.phase else { continue }
-                if let slot = queueOrHold(&entry, in: &state, window: window) { slots.append(slot) }
-                state.entries[next.id] = entry
-            }
-            return slots
+            return fillSlots(in: &state, window: window)
         }
         for slot in slots {
             operationQueue.addOperation(slot)
         }
     }
 
-    private func makeSlot(for entry: Entry) -> AttemptSlot {
+    func makeSlot(for entry: Entry) -> AttemptSlot {
         AttemptSlot(
             recordID: entry.record.id,
             priority: Operation.QueuePriority(rawValue: entry.record.priority) ?? .normal,
@@ -90,6 +86,11 @@ extension PersistentOperationQueue {
         enum Action { case release, start(Operation?), admit(@Sendable () -> Void) }
         let action = state.withLock { state -> Action in
             guard var entry = state.entries[slot.recordID], case .queued(let queued) = entry.phase, queued === slot else {
+                return .release
+            }
+            if let head = state.isolation.first, head != slot.recordID {
+                // Queued before an operation had to run alone (an add before `restore()`):
+                // back to the ready operations until the isolated ones have run.
                 return .release
             }
             defer { state.entries[slot.recordID] = entry }

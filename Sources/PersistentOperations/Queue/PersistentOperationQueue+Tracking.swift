@@ -30,12 +30,20 @@ extension PersistentOperationQueue {
     /// its first attempt starts; the caller schedules it. The payload is not kept: it is read from the
     /// record file again when the operation is built (an empty payload marks that; a stored
     /// payload never is empty).
-    func trackRestored(_ record: OperationRecord, attemptsInFlight: Int) {
+    /// `suspect`: what the launches that died while its attempts were in flight left (see
+    /// `+Isolation`).
+    func trackRestored(_ record: OperationRecord, suspect: CrashSuspect? = nil) {
         var record = record
         record.payload = Data()
+        let interrupted = suspect?.interruptedAttempts ?? 0
         // Attempts that were in flight when an earlier launch died were started too.
-        record.numberOfAttempts += attemptsInFlight
-        let entry = Entry(record: record, operation: nil, attemptsInFlight: attemptsInFlight)
+        record.numberOfAttempts += interrupted
+        var entry = Entry(record: record, operation: nil, attemptsInFlight: interrupted)
+        if let suspect {
+            entry.crashes = suspect.crashes
+            entry.runsAlone = suspect.runsAlone
+            entry.hasSuspectFile = true
+        }
         state.withLock { state in
             state.entries[record.id] = entry
             if let batch = record.batchID { state.batchMembers[batch, default: 0] += 1 }

@@ -8,16 +8,18 @@ import Darwin
 
 // Crash-loop protection needs to know, at the next launch, how many attempts of a record
 // started and never ended. An attempt marker `attempts/<id>.attempt` holds that count as
-// decimal text; any other marker (a hard link to the record, or an empty file) means one. Markers are renamed into place but not synced: they only have to survive a
-// process crash (the case crash-loop protection is about), and losing one to a power cut
+// decimal text (`<attempts> <crashes>`, see `+CrashEvidence`); any other marker (a hard link to
+// the record, or an empty file) means one attempt and no crash. Markers are renamed into place
+// but not synced: they only have to survive a process crash (the case crash-loop protection is about), and losing one to a power cut
 // merely forgets how many crashes an operation caused. The record itself is never rewritten
 // at an attempt's start, so a marker can never damage it.
 
 extension RecordStore {
     static let attemptMarkerExtension = "attempt"
 
-    /// Records that `count` attempts of record `id` have started without ending.
-    package func setAttemptsInFlight(_ count: Int, forRecord id: String) throws {
+    /// Records that `count` attempts of record `id` have started without ending, and that
+    /// `crashes` crashes are attributed to it (see `+CrashEvidence`).
+    package func setAttemptsInFlight(_ count: Int, crashes: Int = 0, forRecord id: String) throws {
         let change = try beginChange()
         defer { change.end() }
         let path = attemptMarkerPath(id)
@@ -26,10 +28,10 @@ extension RecordStore {
             return
         }
         do {
-            if count == 1 {
+            if count == 1 && crashes == 0 {
                 try markOneAttempt(forRecord: id, at: path)
             } else {
-                try file.replaceContents(of: path, with: Data(String(count).utf8), synchronizes: false)
+                try file.replaceContents(of: path, with: Data("\(count) \(crashes)".utf8), synchronizes: false)
             }
         } catch {
             try checkAreaExists(.attempts)
@@ -45,22 +47,12 @@ extension RecordStore {
         try? configuration.fileSystem.unlink(attemptMarkerPath(id))
     }
 
-    /// The attempts in flight of every record that has a marker. Markers without a decimal
-    /// count (links to the record, empty or unreadable files) count as one attempt; stray
-    /// entries are ignored.
+    /// The attempts started and never ended of every record that has a marker or a suspect
+    /// file (an attempt that started in this launch, or one an earlier launch left).
     package func attemptsInFlight() -> [String: Int] {
-        let suffix = "." + Self.attemptMarkerExtension
-        let names = (try? configuration.fileSystem.contentsOfDirectory(layout.path(of: .attempts))) ?? []
-        var counts: [String: Int] = [:]
-        for name in names where name.hasSuffix(suffix) {
-            let id = String(name.dropLast(suffix.count))
-            guard OperationRecord.isValidIdentifier(id) else { continue }
-            var count = 1
-            if case .contents(let data)? = try? file.read(layout.path(ofEntry: name, in: .attempts), maximumSize: 32),
-               let value = Int(String(decoding: data, as: UTF8.self)), value > 0 {
-                count = value
-            }
-            counts[id] = count
+        var counts = suspects().mapValues(\.interruptedAttempts)
+        for (id, marker) in attemptMarkers() {
+            counts[id] = max(counts[id] ?? 0, marker.attempts)
         }
         return counts
     }
@@ -89,7 +81,7 @@ extension RecordStore {
         try fileSystem.close(descriptor)
     }
 
-    private func attemptMarkerPath(_ id: String) -> String {
+    func attemptMarkerPath(_ id: String) -> String {
         layout.path(ofEntry: id + "." + Self.attemptMarkerExtension, in: .attempts)
     }
 }

@@ -104,22 +104,25 @@ struct QueueFixture {
     let queue: PersistentOperationQueue
 
     init(maxConcurrent: Int = 1, suspended: Bool = false, directory: TemporaryDirectory? = nil,
-         crashLoopLimit: Int = 3, fileSystem: FileSystem = .system, journal: String = UUID().uuidString) throws {
+         crashLoopLimit: Int = 3, fileSystem: FileSystem = .system, journal: String = UUID().uuidString,
+         witness: Bool = true) throws {
         self.journal = journal
         self.directory = try directory ?? TemporaryDirectory()
         queue = try Self.open(self.directory, clock: clock, maxConcurrent: maxConcurrent, suspended: suspended,
-                              crashLoopLimit: crashLoopLimit, fileSystem: fileSystem, events: events)
+                              crashLoopLimit: crashLoopLimit, fileSystem: fileSystem, events: events, witness: witness)
     }
 
     static func open(
         _ directory: TemporaryDirectory, clock: ManualRetryScheduler, maxConcurrent: Int = 1, suspended: Bool = false,
-        crashLoopLimit: Int = 3, fileSystem: FileSystem = .system, events: Locked<[PersistentOperationEvent]>
+        crashLoopLimit: Int = 3, fileSystem: FileSystem = .system, events: Locked<[PersistentOperationEvent]>,
+        witness: Bool = true
     ) throws -> PersistentOperationQueue {
         let operationQueue = OperationQueue()
         operationQueue.maxConcurrentOperationCount = maxConcurrent
         operationQueue.isSuspended = suspended
         var configuration = PersistentOperationQueue.Configuration(crashLoopLimit: crashLoopLimit, scheduler: clock)
         configuration.fileSystem = fileSystem
+        configuration.installsCrashSignalHandlers = witness
         let queue = try PersistentOperationQueue(directory: directory.store, operationQueue: operationQueue, configuration: configuration)
         queue.eventHandler = { event in events.withLock { $0.append(event) } }
         queue.register(ScriptedUpload.self)

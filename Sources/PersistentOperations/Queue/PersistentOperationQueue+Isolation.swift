@@ -1,0 +1,82 @@
+import Foundation
+
+// Isolation: after a launch that may have crashed while several attempts were in flight, each
+// of those operations runs its next attempt alone, so that a crash singles out the one that
+// causes it.
+//
+// `restore()` reads the suspects `RecordStore.beginLaunch` made of the last launch's attempt
+// markers (see `RecordStore+CrashEvidence`): an operation with `crashLimit` crashes attributed to
+// it goes to the failed area; the others that must run alone go in `State.isolation`, those
+// with crashes on file first (a poison operation is tried again first, and caught within
+// `crashLoopLimit` crashed launches), then in run order. While the list is not empty, the
+// first of them is the only operation given a slot, and only once no other slot is in the
+// `OperationQueue`; everything else that becomes due waits in `State.ready`. When its slot
+// leaves (the attempt ended: success, retry wait, failure, cancellation) the next one runs;
+// when the list is empty, the ready operations fill the window as usual. An operation that
+// cannot start an attempt now (waiting for a date or for prerequisites) leaves the list and
+// runs with the rest. So a launch after a crash runs at most as many attempts one at a time
+// as were in flight at the crashes not yet explained, then everything else.
+
+extension PersistentOperationQueue {
+    /// Under the lock: whether `id` may be given a slot now, as far as isolation goes.
+    func isolationAllows(_ id: String, in state: State) -> Bool {
+        guard let head = state.isolation.first else { return true }
+        return id == head && state.slotsInQueue == 0
+    }
+
+    /// Under the lock: the slots to add to the `OperationQueue` now — the first isolated
+    /// operation's, when nothing else is in flight, or as many ready operations as the window
+    /// has room for once none is isolated.
+    func fillSlots(in state: inout State, window: Int) -> [AttemptSlot] {
+        while let head = state.isolation.first {
+            guard state.slotsInQueue == 0 else { return [] }
+            guard var entry = state.entries[head] else {
+                state.isolation.removeFirst()
+                continue
+            }
+            switch entry.phase {
+            case .ready:
+                state.slotsInQueue += 1
+                let slot = makeSlot(for: entry)
+                entry.phase = .queued(slot)
+                state.entries[head] = entry
+                return [slot]
+            case .scheduled(nil), .queued, .running:
+                // Being scheduled (its slot comes next), or already holding one.
+                return []
+            case .scheduled(.some), .waitingToRetry, .blocked:
+                // Not due now: it runs later, with the rest.
+                state.isolation.removeFirst()
+                entry.runsAlone = false
+                state.entries[head] = entry
+            }
+        }
+        var slots: [AttemptSlot] = []
+        while state.slotsInQueue < window, let next = state.ready.popFirst() {
+            // Skip what was cancelled or forgotten while it waited.
+            guard var entry = state.entries[next.id], case .ready = entry.phase else { continue }
+            if let slot = queueOrHold(&entry, in: &state, window: window) { slots.append(slot) }
+            state.entries[next.id] = entry
+        }
+        return slots
+    }
+
+    /// Gives room to what waits, after the isolated operation at the head of the list left it.
+    func refillSlots() {
+        let window = slotWindow()
+        let slots = state.withLock { fillSlots(in: &$0, window: window) }
+        for slot in slots {
+            operationQueue.addOperation(slot)
+        }
+    }
+
+    /// Under the lock: an isolated operation's attempt has ended (its slot left), or it was
+    /// forgotten: the next one may run.
+    func endIsolation(of id: String, in state: inout State) {
+        if state.isolation.first == id {
+            state.isolation.removeFirst()
+        } else if let index = state.isolation.firstIndex(of: id) {
+            state.isolation.remove(at: index)
+        }
+    }
+}

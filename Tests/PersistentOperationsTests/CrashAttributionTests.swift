@@ -1,0 +1,218 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Crash-loop protection blames only the operation that crashes: launches simulated
+/// in-process (a queue closed as if its process died; a crash is the line the crash-signal
+/// handler writes, appended to the launch file). The real handler and real crashes are in
+/// `CrashAttributionChildProcessTests`.
+@Suite("Crash-loop protection: attribution", .timeLimit(.minutes(1)))
+struct CrashAttributionTests {
+    func relaunch(_ fixture: QueueFixture, maxConcurrent: Int = 4, crashSignal: Int32?, witness: Bool = true) throws -> QueueFixture {
+        fixture.queue.close()
+        if let crashSignal { try fixture.directory.noteCrash(signal: crashSignal) }
+        return try QueueFixture(maxConcurrent: maxConcurrent, directory: fixture.directory, journal: fixture.journal, witness: witness)
+    }
+
+    /// The `started`, `succeeded` and `runningAlone` events, by operation name.
+    func timeline(_ fixture: QueueFixture, names: [PersistentOperationID: String]) -> [String] {
+        fixture.deliveredEvents().compactMap { event in
+            switch event {
+            case .runningAlone(let id, let crashes): return "alone \(names[id] ?? "?") crashes=\(crashes)"
+            case .started(let id, _): return "start \(names[id] ?? "?")"
+            case .succeeded(let id): return "done \(names[id] ?? "?")"
+            default: return nil
+            }
+        }
+    }
+
+    @Test func afterACrashWithSeveralInFlightEachRunsItsNextAttemptAloneThenTheRestRuns() async throws {
+        // Given four operations in flight on a 4-slot queue when the process crashes
+        let first = try QueueFixture(maxConcurrent: 4)
+        var names: [PersistentOperationID: String] = [:]
+        for name in ["a", "b", "c", "d"] {
+            names[try first.queue.addOperation(first.upload(name, [.hang, .succeed]), options: EnqueueOptions()).id] = name
+        }
+        while first.lines.count < 4 { await Task.yield() }
+        // When the next launch adds two more before restoring
+        let second = try relaunch(first, crashSignal: SIGSEGV)
+        for name in ["e", "f"] {
+            names[try second.queue.addOperation(second.upload(name), options: EnqueueOptions()).id] = name
+        }
+        let report = try second.queue.restore()
+        await second.queue.allOperationsFinished()
+        // Then the four run one at a time, in run order, with nothing else in flight (the adds
+        // made before restore() ran first, before the queue knew of the crash); none is moved aside
+        #expect(report.previousLaunchEnding == .crashed(signal: SIGSEGV))
+        #expect(report.runAlone.map { names[$0] } == ["a", "b", "c", "d"])
+        #expect(report.movedToFailedAfterCrashes.isEmpty)
+        let events = timeline(second, names: names)
+        let start = try #require(events.firstIndex(of: "alone a crashes=0"))
+        let isolated = Array(events[start...].prefix(12))
+        #expect(isolated == [
+            "alone a crashes=0", "start a", "done a", "alone b crashes=0", "start b", "done b",
+            "alone c crashes=0", "start c", "done c", "alone d crashes=0", "start d", "done d",
+        ])
+        #expect(Set(events[..<start] + events[start...].dropFirst(12)) == ["start e", "done e", "start f", "done f"])
+        #expect(try second.failedRecords().isEmpty)
+        #expect(try second.directory.names(in: "attempts") == ["launch"])
+    }
+
+    @Test func aPoisonOperationAmongOthersIsCaughtAndNoneOfTheOthersIsMovedAside() async throws {
+        // Given a poison operation (its attempts crash the process: here, never end before the
+        // simulated crash) in flight with three ordinary ones when the process first crashes
+        var launch = try QueueFixture(maxConcurrent: 4)
+        var names: [PersistentOperationID: String] = [:]
+        for name in ["a", "poison", "b", "c"] {
+            let steps: [UploadStep] = name == "poison" ? [.hang, .hang, .hang, .hang, .hang] : [.hang, .succeed]
+            names[try launch.queue.addOperation(launch.upload(name, steps), options: EnqueueOptions()).id] = name
+        }
+        while launch.lines.count < 4 { await Task.yield() }
+        // When every launch crashes while the poison operation's attempt runs
+        var reports: [RestoreReport] = []
+        var crashes = 0
+        while true {
+            launch = try relaunch(launch, crashSignal: SIGILL)
+            crashes += 1
+            let report = try launch.queue.restore()
+            reports.append(report)
+            if report.movedToFailedAfterCrashes.isEmpty {
+                // The poison one runs alone (first, once crashes are on file) and "crashes".
+                let before = launch.lines.filter { $0.hasPrefix("poison#") }.count
+                while launch.lines.filter({ $0.hasPrefix("poison#") }).count == before { await Task.yield() }
+                #expect(crashes <= 4)
+                if crashes > 4 { break }
+            } else {
+                break
+            }
+        }
+        await launch.queue.allOperationsFinished()
+        // Then it is moved aside after 3 crashes alone (4 crashed launches in all), every other
+        // operation completed, and the failed record says why
+        #expect(crashes == 4)
+        #expect(reports.map { $0.runAlone.map { names[$0] ?? "?" } } == [
+            ["a", "poison", "b", "c"], ["poison", "b", "c"], ["poison", "b", "c"], ["b", "c"],
+        ])
+        #expect(reports.last?.movedToFailedAfterCrashes.map { names[$0] } == ["poison"])
+        let failed = try launch.queue.failedOperations()
+        #expect(failed.map { names[$0.id] } == ["poison"])
+        #expect(failed.first?.reason == "it crashed the process 3 times while its attempt ran alone (crash-loop limit 3)")
+        let others = launch.lines.filter { !$0.hasPrefix("poison") }
+        #expect(Set(others) == ["a#1 retry=false retries=0", "b#1 retry=false retries=0", "c#1 retry=false retries=0",
+                                "a#2 retry=true retries=0", "b#2 retry=true retries=0", "c#2 retry=true retries=0"])
+        #expect(try launch.pendingRecords().isEmpty)
+    }
+
+    @Test func killsFromOutsideBlameNobodyEvenAnOperationAloneInFlight() async throws {
+        // Given an operation alone in flight, its launches killed (no crash signal) five times
+        var launch = try QueueFixture()
+        let id = try launch.queue.addOperation(launch.upload("h", [.hang, .hang, .hang, .hang, .hang, .succeed]), options: EnqueueOptions()).id
+        for kill in 1...5 {
+            while launch.lines.count < kill { await Task.yield() }
+            launch = try relaunch(launch, crashSignal: nil)
+            let report = try launch.queue.restore()
+            // Then each launch restores it, not isolated, and nothing is moved aside
+            #expect(report.previousLaunchEnding == .killed)
+            #expect(report.restored == [id])
+            #expect(report.runAlone.isEmpty)
+            #expect(report.movedToFailedAfterCrashes.isEmpty)
+        }
+        await launch.queue.allOperationsFinished()
+        #expect(launch.lines.last == "h#6 retry=true retries=0")
+        #expect(try launch.failedRecords().isEmpty)
+    }
+
+    @Test func withoutTheCrashSignalHandlersEveryDeathMayBeACrash() async throws {
+        // Given a queue that installs no crash-signal handlers, its operation alone in flight
+        var launch = try QueueFixture(witness: false)
+        try launch.queue.addOperation(launch.upload("h", [.hang, .hang, .hang, .succeed]))
+        var reports: [RestoreReport] = []
+        for death in 1...3 {
+            while launch.lines.count < death { await Task.yield() }
+            // When its launches die three times, without a crash signal noted
+            launch = try relaunch(launch, maxConcurrent: 1, crashSignal: nil, witness: false)
+            reports.append(try launch.queue.restore())
+        }
+        // Then each death counts as a crash: it is moved aside at the third
+        #expect(reports.map(\.previousLaunchEnding) == [.unwitnessed, .unwitnessed, .unwitnessed])
+        #expect(reports.map(\.movedToFailedAfterCrashes.count) == [0, 0, 1])
+    }
+
+    @Test func anAttemptThatEndsClearsTheCrashesOnFile() async throws {
+        // Given an operation with two crashes on file whose next attempt ends with a retry
+        var launch = try QueueFixture(maxConcurrent: 1)
+        try launch.queue.addOperation(launch.upload("x", [.hang, .hang, .retry, .hang, .hang, .succeed], retryDelay: 0))
+        for crash in 1...2 {
+            while launch.lines.count < crash { await Task.yield() }
+            launch = try relaunch(launch, maxConcurrent: 1, crashSignal: SIGBUS)
+            try launch.queue.restore()
+        }
+        // When it retries, then crashes alone twice more
+        await launch.clock.waitForScheduledRetries(count: 1)
+        launch.clock.advance(by: 1)
+        var reports: [RestoreReport] = []
+        for attempt in 4...5 {
+            while launch.lines.count < attempt { await Task.yield() }
+            launch = try relaunch(launch, maxConcurrent: 1, crashSignal: SIGBUS)
+            reports.append(try launch.queue.restore())
+        }
+        while launch.lines.count < 6 { await Task.yield() }
+        // Then only the crashes since that retry count: 2, under the limit of 3
+        #expect(reports.map(\.movedToFailedAfterCrashes.count) == [0, 0])
+        let events = launch.deliveredEvents()
+        #expect(events.contains { if case .runningAlone(_, crashes: 2) = $0 { return true } else { return false } })
+        await launch.queue.allOperationsFinished()
+        #expect(launch.lines.last == "x#6 retry=true retries=1")
+    }
+
+    @Test func aSecondOpenAfterAnInterruptedEvaluationCountsTheCrashOnce() throws {
+        // Given a store whose last launch crashed with one attempt in flight, and whose next
+        // launch died after turning the marker into a suspect but before removing the marker
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let record = OperationRecord(typeIdentifier: "t", payload: try RecordFormat.encodePayload(["k": 1]), enqueueSequence: 1)
+        try store.add(record)
+        try store.setAttemptsInFlight(1, forRecord: record.id)
+        try Data("witness on\ncrashed 11\n".utf8).write(to: URL(fileURLWithPath: directory.path("attempts", "launch")))
+        let evaluated = try store.beginLaunch(witness: false)
+        #expect(evaluated.ending == .crashed(signal: 11))
+        #expect(store.suspects() == [record.id: CrashSuspect(interruptedAttempts: 1, crashes: 1, runsAlone: true)])
+        try store.setAttemptsInFlight(1, forRecord: record.id)   // the marker is back, as if never removed
+        try Data("witness on\ncrashed 11\nevaluated\n".utf8).write(to: URL(fileURLWithPath: directory.path("attempts", "launch")))
+        // When the store is opened again
+        _ = try store.beginLaunch(witness: false)
+        // Then the crash was counted once, and the marker is gone
+        #expect(store.suspects() == [record.id: CrashSuspect(interruptedAttempts: 1, crashes: 1, runsAlone: true)])
+        #expect(try directory.names(in: "attempts") == ["launch", "\(record.id).suspect"])
+        store.close()
+    }
+
+    @Test func damagedEvidenceFilesAreReadCautiouslyAndLoseNothing() async throws {
+        // Given a store with two pending records, a garbage suspect file for one, a directory
+        // where a suspect file should be for the other, and a garbage launch file
+        let first = try QueueFixture(suspended: true)
+        let a = try first.queue.addOperation(first.upload("a"), options: EnqueueOptions()).id
+        let b = try first.queue.addOperation(first.upload("b"), options: EnqueueOptions()).id
+        first.queue.close()
+        try Data([0xFF, 0x00, 0x41]).write(to: URL(fileURLWithPath: first.directory.path("attempts", "\(a.rawValue).suspect")))
+        try FileManager.default.createDirectory(atPath: first.directory.path("attempts", "\(b.rawValue).suspect"), withIntermediateDirectories: false)
+        try Data(repeating: 0x7A, count: 10_000).write(to: URL(fileURLWithPath: first.directory.path("attempts", "launch")))
+        // When the next launch opens and restores
+        let second = try QueueFixture(directory: first.directory, journal: first.journal)
+        let report = try second.queue.restore()
+        await second.queue.allOperationsFinished()
+        // Then both records run (each once, alone: an unreadable suspect file counts as one
+        // interrupted attempt that runs alone), nothing is moved aside or lost
+        #expect(Set(report.restored) == [a, b])
+        #expect(Set(report.runAlone) == [a, b])
+        #expect(report.movedToFailedAfterCrashes.isEmpty)
+        #expect(Set(second.lines) == ["a#2 retry=true retries=0", "b#2 retry=true retries=0"])
+        #expect(try second.pendingRecords().isEmpty)
+    }
+}
