@@ -100,6 +100,7 @@ struct SoakCommand {
         let finalCount = cycles * count
         let finalAlbums = cycles * albumsPerCycle
         var finalLaunches = 0
+        var finalCrashes = 0
         var finished = false
         while !finished && finalLaunches <= (crasherLaunches + 1) * (crashLoopLimit + 1) + 1 {
             finalLaunches += 1
@@ -111,6 +112,8 @@ struct SoakCommand {
             if app.terminationReason == .exit {
                 finished = true
                 if app.terminationStatus != 0 { problems.append("the final launch exited with status \(app.terminationStatus) (see \(errors))") }
+            } else if app.terminationStatus == SIGILL || app.terminationStatus == SIGTRAP {
+                finalCrashes += 1  // a crasher's trap: crash-loop protection catches it
             } else if app.terminationStatus != SIGKILL {
                 problems.append("a final launch crashed with signal \(app.terminationStatus)")
             }
@@ -139,7 +142,7 @@ struct SoakCommand {
         print("""
               cycles: \(cycles) (\(ends.count - diedByItself - exitedEarly) killed by the soak, \(diedByItself) killed by the crasher itself, \(exitedEarly) finished before the kill)
               kills by phase: \(phases) (\(late) of them after the aimed-at moment did not come within 2 s)
-              launches: \(cycles + finalLaunches) (\(finalLaunches) after the last cycle; \(tally.launches) got as far as restoring); a crasher added in \(crasherLaunches) cycles
+              launches: \(cycles + finalLaunches) (\(finalLaunches) after the last cycle, \(finalCrashes) of them crashed by a crasher; \(tally.launches) got as far as restoring); a crasher added in \(crasherLaunches) cycles
               acknowledged: \(tally.acknowledged), completed: \(tally.completed), failed for good (refused): \(tally.refused)
               crash-loop protection moved aside: \(tally.crashLoopedCrashers) crashers (each after \(crashLoopLimit) crashes while it ran alone), \(tally.crashLoopedOthers) other uploads
               albums: \(finalAlbums) (\(tally.graphNodes) graph nodes): \(tally.graphNodesCompleted) completed, \(tally.graphNodesFailedWithPrerequisite) failed with a prerequisite, \(tally.graphNodesNotAdded) not added after a prerequisite failed

@@ -40,6 +40,27 @@ do {
         let queue = try PersistentOperationQueue(directory: URL(fileURLWithPath: store))
         FileHandle.standardOutput.write(Data("holding \(queue.directory.path)\n".utf8))
         while true { sleep(60) }
+    case "chained-crash":
+        // Installs a SIGSEGV handler of its own (as a crash reporter would), opens the store,
+        // then crashes with a bad memory access: the queue's crash-signal handler notes the
+        // crash in the store and passes the signal on to this handler, which exits with 42.
+        guard let store = option("--store") else { fail("usage: crash-demo chained-crash --store DIR") }
+        var action = sigaction()
+        #if canImport(Glibc)
+        action.__sigaction_handler.sa_handler = { _ in
+            let line = "the earlier handler ran\n"
+            _ = line.withCString { write(2, $0, strlen($0)) }
+            _exit(42)
+        }
+        #else
+        action.__sigaction_u.__sa_handler = { _ in _exit(42) }
+        #endif
+        sigemptyset(&action.sa_mask)
+        sigaction(SIGSEGV, &action, nil)
+        let queue = try PersistentOperationQueue(directory: URL(fileURLWithPath: store))
+        FileHandle.standardOutput.write(Data("opened \(queue.directory.path)\n".utf8))
+        UnsafeMutablePointer<Int>(bitPattern: 8)!.pointee = 1
+        withExtendedLifetime(queue) {}
     case "soak":
         exit(try SoakCommand(arguments: Array(arguments.dropFirst())).run() ? 0 : 1)
     case "durability-probe":

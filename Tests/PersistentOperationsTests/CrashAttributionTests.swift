@@ -14,6 +14,15 @@ import Darwin
 /// `CrashAttributionChildProcessTests`.
 @Suite("Crash-loop protection: attribution", .timeLimit(.minutes(1)))
 struct CrashAttributionTests {
+    /// Waits (politely, and at most 20 s) for `condition`.
+    func waitUntil(_ condition: () -> Bool) async throws {
+        let deadline = Date().addingTimeInterval(20)
+        while !condition() {
+            guard Date() < deadline else { throw CancellationError() }
+            try await Task.sleep(nanoseconds: 1_000_000)
+        }
+    }
+
     func relaunch(_ fixture: QueueFixture, maxConcurrent: Int = 4, crashSignal: Int32?, witness: Bool = true) throws -> QueueFixture {
         fixture.queue.close()
         if let crashSignal { try fixture.directory.noteCrash(signal: crashSignal) }
@@ -39,7 +48,7 @@ struct CrashAttributionTests {
         for name in ["a", "b", "c", "d"] {
             names[try first.queue.addOperation(first.upload(name, [.hang, .succeed]), options: EnqueueOptions()).id] = name
         }
-        while first.lines.count < 4 { await Task.yield() }
+        try await waitUntil { !(first.lines.count < 4) }
         // When the next launch adds two more before restoring
         let second = try relaunch(first, crashSignal: SIGSEGV)
         for name in ["e", "f"] {
@@ -73,7 +82,7 @@ struct CrashAttributionTests {
             let steps: [UploadStep] = name == "poison" ? [.hang, .hang, .hang, .hang, .hang] : [.hang, .succeed]
             names[try launch.queue.addOperation(launch.upload(name, steps), options: EnqueueOptions()).id] = name
         }
-        while launch.lines.count < 4 { await Task.yield() }
+        try await waitUntil { !(launch.lines.count < 4) }
         // When every launch crashes while the poison operation's attempt runs
         var reports: [RestoreReport] = []
         var crashes = 0
@@ -84,8 +93,8 @@ struct CrashAttributionTests {
             reports.append(report)
             if report.movedToFailedAfterCrashes.isEmpty {
                 // The poison one runs alone (first, once crashes are on file) and "crashes".
-                let before = launch.lines.filter { $0.hasPrefix("poison#") }.count
-                while launch.lines.filter({ $0.hasPrefix("poison#") }).count == before { await Task.yield() }
+                // Its attempt in launch 1 + crashes.
+                try await waitUntil { !(launch.lines.filter({ $0.hasPrefix("poison#") }).count < crashes + 1) }
                 #expect(crashes <= 4)
                 if crashes > 4 { break }
             } else {
@@ -114,7 +123,7 @@ struct CrashAttributionTests {
         var launch = try QueueFixture()
         let id = try launch.queue.addOperation(launch.upload("h", [.hang, .hang, .hang, .hang, .hang, .succeed]), options: EnqueueOptions()).id
         for kill in 1...5 {
-            while launch.lines.count < kill { await Task.yield() }
+            try await waitUntil { !(launch.lines.count < kill) }
             launch = try relaunch(launch, crashSignal: nil)
             let report = try launch.queue.restore()
             // Then each launch restores it, not isolated, and nothing is moved aside
@@ -134,7 +143,7 @@ struct CrashAttributionTests {
         try launch.queue.addOperation(launch.upload("h", [.hang, .hang, .hang, .succeed]))
         var reports: [RestoreReport] = []
         for death in 1...3 {
-            while launch.lines.count < death { await Task.yield() }
+            try await waitUntil { !(launch.lines.count < death) }
             // When its launches die three times, without a crash signal noted
             launch = try relaunch(launch, maxConcurrent: 1, crashSignal: nil, witness: false)
             reports.append(try launch.queue.restore())
@@ -149,7 +158,7 @@ struct CrashAttributionTests {
         var launch = try QueueFixture(maxConcurrent: 1)
         try launch.queue.addOperation(launch.upload("x", [.hang, .hang, .retry, .hang, .hang, .succeed], retryDelay: 0))
         for crash in 1...2 {
-            while launch.lines.count < crash { await Task.yield() }
+            try await waitUntil { !(launch.lines.count < crash) }
             launch = try relaunch(launch, maxConcurrent: 1, crashSignal: SIGBUS)
             try launch.queue.restore()
         }
@@ -158,11 +167,11 @@ struct CrashAttributionTests {
         launch.clock.advance(by: 1)
         var reports: [RestoreReport] = []
         for attempt in 4...5 {
-            while launch.lines.count < attempt { await Task.yield() }
+            try await waitUntil { !(launch.lines.count < attempt) }
             launch = try relaunch(launch, maxConcurrent: 1, crashSignal: SIGBUS)
             reports.append(try launch.queue.restore())
         }
-        while launch.lines.count < 6 { await Task.yield() }
+        try await waitUntil { !(launch.lines.count < 6) }
         // Then only the crashes since that retry count: 2, under the limit of 3
         #expect(reports.map(\.movedToFailedAfterCrashes.count) == [0, 0])
         let events = launch.deliveredEvents()

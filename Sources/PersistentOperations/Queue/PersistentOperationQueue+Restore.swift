@@ -45,11 +45,12 @@ extension PersistentOperationQueue {
         // restored records is resolved against the tracked ones.
         graphLock.lock()
         defer { graphLock.unlock() }
-        let suspects = store.suspects()
+        var suspects = store.suspects()
         var pendingIDs: Set<String> = []
         let committedBatches = try store.committedBatches()
         let batchesInProgress = state.withLock { $0.batchesInProgress }
         var referencedBatches: Set<String> = []
+        let markersLeft = store.attemptMarkers()
         var report = RestoreReport()
         let (tracked, newestTrackedByKey) = state.withLock { state in
             // The stored records become entries: the table of their keys that adds before a
@@ -61,6 +62,11 @@ extension PersistentOperationQueue {
                 if let key = entry.record.uniqueKey { newest[key] = max(newest[key] ?? 0, entry.record.enqueueSequence) }
             }
             return (Set(state.entries.keys), newest)
+        }
+        // Markers of records this launch does not track were left by an earlier launch whose
+        // evidence could not be turned into suspect files at open (a full disk): suspects too.
+        for (id, marker) in markersLeft where !tracked.contains(id) && suspects[id] == nil {
+            suspects[id] = CrashSuspect(interruptedAttempts: marker.attempts, crashes: marker.crashes, runsAlone: true)
         }
 
         // Records are taken one at a time as they are read, and only what scheduling needs

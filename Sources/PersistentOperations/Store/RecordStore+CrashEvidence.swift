@@ -66,6 +66,9 @@ extension RecordStore {
     /// Turns the attempt markers the last launch left into suspects (see the file comment) and
     /// starts this launch's launch file. With `witness`, returns a descriptor of that file open
     /// for appending, for ``CrashSignalWitness``; the caller closes it.
+    ///
+    /// - Throws: ``PersistenceError`` only when the store is closed; a file that cannot be
+    ///   written (a full disk) leaves the evidence as it is, for `restore()` to read cautiously.
     package func beginLaunch(witness: Bool) throws -> (ending: PreviousLaunchEnding, descriptor: Int32?) {
         let change = try beginChange()
         defer { change.end() }
@@ -82,23 +85,31 @@ extension RecordStore {
                 ending = .unwitnessed
             }
         }
-        if !markers.isEmpty, lines?.contains("evaluated") != true {
-            let mayBeCrash = ending != .killed
-            for (id, marker) in markers {
-                var suspect = CrashSuspect(interruptedAttempts: marker.attempts, crashes: marker.crashes, runsAlone: marker.crashes > 0)
-                if mayBeCrash {
-                    if markers.count == 1 { suspect.crashes += 1 }
-                    suspect.runsAlone = true
+        do {
+            if !markers.isEmpty, lines?.contains("evaluated") != true {
+                let mayBeCrash = ending != .killed
+                for (id, marker) in markers {
+                    var suspect = CrashSuspect(interruptedAttempts: marker.attempts, crashes: marker.crashes, runsAlone: marker.crashes > 0)
+                    if mayBeCrash {
+                        if markers.count == 1 { suspect.crashes += 1 }
+                        suspect.runsAlone = true
+                    }
+                    try writeSuspect(suspect, forRecord: id)
                 }
-                try writeSuspect(suspect, forRecord: id)
+                let evaluated = (lines ?? []) + ["evaluated"]
+                try writeLaunchFile(evaluated, at: launchPath)
             }
-            let evaluated = (lines ?? []) + ["evaluated"]
-            try writeLaunchFile(evaluated, at: launchPath)
+            for id in markers.keys {
+                try? configuration.fileSystem.unlink(attemptMarkerPath(id))
+            }
+            try writeLaunchFile([witness ? "witness on" : "witness off"], at: launchPath)
+        } catch {
+            // A full disk, say: the store still opens. Without a launch file the next launch
+            // counts this one's death as a possible crash, and `restore()` reads the markers
+            // left here as suspects that run alone: cautious, and nothing is lost.
+            try? configuration.fileSystem.unlink(launchPath)
+            return (ending, nil)
         }
-        for id in markers.keys {
-            try? configuration.fileSystem.unlink(attemptMarkerPath(id))
-        }
-        try writeLaunchFile([witness ? "witness on" : "witness off"], at: launchPath)
         guard witness else { return (ending, nil) }
         let descriptor = try? configuration.fileSystem.open(launchPath, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
         return (ending, descriptor)

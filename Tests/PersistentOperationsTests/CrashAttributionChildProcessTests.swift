@@ -1,0 +1,166 @@
+import CrashHarness
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Crash-loop protection with real processes: a poison operation that crashes its process
+/// (a Swift runtime trap) among ordinary ones, kills from outside, and the crash-signal
+/// handler passing a crash on to the handler installed before it.
+@Suite("Crash-loop protection: child processes", .timeLimit(.minutes(4)), .serialized)
+struct CrashAttributionChildProcessTests {
+    /// The failed records of a store, by upload index, with their reasons.
+    func failedReasons(_ directory: TemporaryDirectory) throws -> [Int: String] {
+        var reasons: [Int: String] = [:]
+        for record in try RecordStore(directory: directory.store, access: .readOnly).loadFailed().records {
+            reasons[try RecordFormat.decodePayload(DemoUploadJob.self, from: record.payload).index] = record.failureReason ?? ""
+        }
+        return reasons
+    }
+
+    @Test func onePoisonOperationAmongTwentyIsCaughtAndNoOrdinaryOneIsMovedAside() async throws {
+        // Given, ten times over on a fresh store, an app whose 4-slot queue holds 20 ordinary
+        // uploads (every sixth refused for good by its server) and one that crashes the app
+        // on every attempt
+        let count = 20
+        let poison = count
+        var crashedLaunchesPerStore: [Int] = []
+        for store in 0..<10 {
+            let directory = try TemporaryDirectory()
+            let effects = directory.url.appendingPathComponent("effects.txt").path
+            let arguments = ["app", "--store", directory.store.path, "--effects", effects, "--count", "\(count)", "--crasher"]
+            // When it is relaunched until a launch finishes
+            let statuses = try await onDedicatedThread { () -> [Int32?] in
+                var statuses: [Int32?] = []
+                while statuses.last != .some(0), statuses.count < 12 {
+                    let app = try ChildApp.launch(arguments)
+                    try ChildApp.waitForExit(app, timeout: 60)
+                    statuses.append(app.terminationReason == .exit ? app.terminationStatus : nil)
+                }
+                return statuses
+            }
+            // Then the store drains within the documented bound: the poison operation crashes
+            // at most crashLoopLimit + 1 launches (one of them shared with other attempts)
+            let crashed = statuses.filter { $0 == nil }.count
+            crashedLaunchesPerStore.append(crashed)
+            #expect(statuses.last == .some(0), "store \(store): launches ended \(statuses)")
+            #expect(crashed >= 3 && crashed <= 4, "store \(store): \(crashed) crashed launches")
+            // And only the poison operation was moved aside by crash-loop protection; every
+            // ordinary upload completed or was refused, none was lost
+            let reasons = try failedReasons(directory)
+            #expect(reasons[poison]?.contains("crashed the process 3 times while its attempt ran alone") == true)
+            let movedAside = reasons.filter { $0.key != poison && $0.value.contains("crashed the process") }
+            #expect(movedAside.isEmpty, "store \(store): moved aside \(movedAside)")
+            let refused = Set((0..<count).filter { $0 % 6 == 5 })
+            #expect(Set(reasons.keys) == refused.union([poison]), "store \(store): failed \(reasons.keys.sorted())")
+            let journal = try EffectsJournal(path: effects)
+            let done = Set(journal.indices("done"))
+            #expect(done == Set(0..<count).subtracting(refused), "store \(store): missing \(Set(0..<count).subtracting(refused).subtracting(done).sorted())")
+            #expect(try directory.names(in: "pending").isEmpty)
+        }
+        print("poison among 20, 10 stores: crashed launches per store \(crashedLaunchesPerStore), 0 ordinary uploads moved aside")
+    }
+
+    @Test func killsFromOutsideAtRandomMomentsMoveNothingAside() async throws {
+        // Given an app adding 60 uploads of 150 ms attempts on a 4-slot queue, SIGKILLed from
+        // outside at a random moment of each of 30 launches in a row (so most kills find
+        // four attempts in flight, and some find one alone)
+        let directory = try TemporaryDirectory()
+        let effects = directory.url.appendingPathComponent("effects.txt").path
+        let count = 60
+        let kills = 30
+        let arguments = ["app", "--store", directory.store.path, "--effects", effects, "--count", "\(count)", "--attempt-ms", "150"]
+        try await onDedicatedThread {
+            var random = SeededGenerator(seed: 0x5EED_0013)
+            for _ in 0..<kills {
+                let app = try ChildApp.launch(arguments)
+                usleep(UInt32.random(in: 20_000...400_000, using: &random))
+                kill(app.processIdentifier, SIGKILL)
+                app.waitUntilExit()
+            }
+            // When it is finally left to run to the end
+            let last = try ChildApp.launch(arguments)
+            try ChildApp.waitForExit(last, timeout: 90)
+            guard last.terminationStatus == 0 else { throw ChildAppError("the last launch exited with \(last.terminationStatus)") }
+        }
+        // Then no upload was moved aside by crash-loop protection: the failed area holds
+        // exactly the uploads their server refused, and every other upload completed
+        let reasons = try failedReasons(directory)
+        let refused = Set((0..<count).filter { $0 % 6 == 5 })
+        #expect(reasons.filter { $0.value.contains("crashed the process") }.isEmpty)
+        #expect(Set(reasons.keys) == refused)
+        let journal = try EffectsJournal(path: effects)
+        #expect(Set(journal.indices("done")) == Set(0..<count).subtracting(refused))
+        // And the kills did find attempts in flight (the test exercised what it claims)
+        let interrupted = try Self.launchesThatRestoredAnAttemptInFlight(journal)
+        #expect(interrupted >= kills / 3, "only \(interrupted) launches restored an attempt that was in flight")
+        print("kills from outside: \(kills) SIGKILLs, \(interrupted) of them with attempts in flight, 0 uploads moved aside")
+    }
+
+    /// Launches after which an upload started an attempt numbered higher than the attempts
+    /// that ended before: each such launch found an attempt interrupted by the previous kill.
+    static func launchesThatRestoredAnAttemptInFlight(_ journal: EffectsJournal) throws -> Int {
+        var interrupted = 0
+        var lastStartLaunch: [Int: Int] = [:]
+        var endedSinceStart = Set<Int>()
+        var launch = 0
+        var counted = Set<Int>()
+        for line in journal.lines {
+            guard let word = line.first else { continue }
+            switch word {
+            case "launch":
+                launch += 1
+            case "start":
+                guard line.count > 1, let index = Int(line[1]) else { continue }
+                if let earlier = lastStartLaunch[index], earlier < launch, !endedSinceStart.contains(index), !counted.contains(launch) {
+                    counted.insert(launch)
+                    interrupted += 1
+                }
+                lastStartLaunch[index] = launch
+                endedSinceStart.remove(index)
+            case "done", "retry", "fail":
+                guard line.count > 1, let index = Int(line[1]) else { continue }
+                endedSinceStart.insert(index)
+            default:
+                continue
+            }
+        }
+        return interrupted
+    }
+
+    @Test func theCrashSignalHandlerNotesTheCrashAndPassesItOnToTheHandlerInstalledBefore() async throws {
+        // Given a process that installs its own SIGSEGV handler (exits with 42), then opens a
+        // store, then makes a bad memory access
+        let directory = try TemporaryDirectory()
+        let result = try await onDedicatedThread {
+            try ChildApp.run("crash-demo", ["chained-crash", "--store", directory.store.path])
+        }
+        // Then its own handler ran (the exit status), after the queue's noted the crash
+        #expect(result.status == 42)
+        #expect(result.error.contains("the earlier handler ran"))
+        let launch = try String(contentsOfFile: directory.path("attempts", "launch"), encoding: .utf8)
+        #expect(launch == "witness on\ncrashed \(SIGSEGV)\n")
+    }
+
+    @Test func aCrashWithoutAnEarlierHandlerStillEndsTheProcessWithItsSignal() async throws {
+        // Given the app with a poison operation and no handler of its own
+        let directory = try TemporaryDirectory()
+        let effects = directory.url.appendingPathComponent("effects.txt").path
+        let app = try await onDedicatedThread { () -> Process in
+            let app = try ChildApp.launch(["app", "--store", directory.store.path, "--effects", effects, "--count", "0", "--crasher"])
+            try ChildApp.waitForExit(app, timeout: 30)
+            return app
+        }
+        // Then it dies of its trap (SIGILL or SIGTRAP, by architecture), as it would without
+        // the queue, and the launch file says so
+        #expect(app.terminationReason == .uncaughtSignal)
+        #expect([SIGILL, SIGTRAP].contains(app.terminationStatus))
+        let launch = try String(contentsOfFile: directory.path("attempts", "launch"), encoding: .utf8)
+        #expect(launch == "witness on\ncrashed \(app.terminationStatus)\n")
+    }
+}
