@@ -116,11 +116,15 @@ public final class ReadOnlyPersistentStore: Sendable {
     public func pendingRecords() throws -> RecordList {
         let report = try store.loadPending()
         let markers = store.attemptsInFlight()
+        let evidence = store.crashEvidence()
         let isStoreHeld = isHeldByAProcess
         let now = Date()
         return RecordList(
             records: StoredOperationRecord.linkingGraph(of: report.records.map {
-                StoredOperationRecord($0, area: .pending, markedAttemptsInFlight: markers[$0.id] ?? 0, isStoreHeld: isStoreHeld, now: now)
+                StoredOperationRecord(
+                    $0, area: .pending, markedAttemptsInFlight: markers[$0.id] ?? 0, isStoreHeld: isStoreHeld, now: now,
+                    crashEvidence: evidence[$0.id]
+                )
             }),
             unreadable: report.skipped.map(UnreadableEntry.init)
         )

@@ -57,6 +57,14 @@ public struct StoredOperationRecord: Sendable, Hashable {
     /// otherwise interrupted by the end of the process (they run again, as retries, after the
     /// next restore). Crash-loop protection counts them.
     public var attemptsInFlight: Int
+    /// Crashes of the process attributed to this pending operation by crash-loop protection:
+    /// launches that crashed while its attempt was the only one in flight, since its last
+    /// attempt that ended. At ``PersistentOperationQueue/Configuration/crashLoopLimit`` it is
+    /// moved to the failed area, with the count in ``failureReason``.
+    public var crashes: Int = 0
+    /// Whether its next attempt runs alone, before other work: it was in flight when a
+    /// launch crashed (see ``RestoreReport/runAlone``).
+    public var runsAlone: Bool = false
     /// The error of the last failed attempt, as text.
     public var lastErrorDescription: String?
     /// Why a failed record failed.
@@ -94,7 +102,8 @@ extension StoredOperationRecord {
     /// A record as read from `area`, with the attempts in flight its marker counts.
     /// `isStoreHeld`: whether a running process holds the store, so that an attempt in
     /// flight is running rather than interrupted.
-    init(_ record: OperationRecord, area: Area, markedAttemptsInFlight: Int, isStoreHeld: Bool, now: Date) {
+    init(_ record: OperationRecord, area: Area, markedAttemptsInFlight: Int, isStoreHeld: Bool, now: Date,
+         crashEvidence: (crashes: Int, runsAlone: Bool)? = nil) {
         // The record counts attempts up to its last save; the marker (or, for a record moved
         // aside by crash-loop protection, the record itself) counts those started since.
         let inFlight = max(record.attemptsInFlight, markedAttemptsInFlight)
@@ -134,6 +143,10 @@ extension StoredOperationRecord {
             failedPrerequisite: record.failedPrerequisite.map(PersistentOperationID.init(record:)),
             payload: record.payload
         )
+        if let crashEvidence {
+            crashes = crashEvidence.crashes
+            runsAlone = crashEvidence.runsAlone
+        }
     }
 
     /// Marks pending records waiting for a pending prerequisite, and lists each record's

@@ -84,6 +84,8 @@ enum RecordPresentation {
             ("attempts", .integer(Int64(record.numberOfAttempts))),
             ("nextAttemptAt", json(record.nextAttemptAt)),
             ("attemptsInFlight", .integer(Int64(record.attemptsInFlight))),
+            ("crashes", .integer(Int64(record.crashes))),
+            ("runsAlone", .bool(record.runsAlone)),
             ("prerequisites", ids(record.prerequisites)),
             ("dependents", ids(record.dependents)),
             ("failedPrerequisite", .string(record.failedPrerequisite?.rawValue)),

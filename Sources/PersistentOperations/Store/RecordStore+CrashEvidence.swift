@@ -140,6 +140,16 @@ extension RecordStore {
         return suspects
     }
 
+    /// What the files say of each record's crashes: the suspect files, and the crashes the
+    /// markers of attempts in flight carry.
+    package func crashEvidence() -> [String: (crashes: Int, runsAlone: Bool)] {
+        var evidence = suspects().mapValues { (crashes: $0.crashes, runsAlone: $0.runsAlone) }
+        for (id, marker) in attemptMarkers() where evidence[id] == nil {
+            evidence[id] = (marker.crashes, false)
+        }
+        return evidence
+    }
+
     /// Removes the suspect file of record `id`, if any (best effort, like a marker).
     package func clearSuspect(forRecord id: String) {
         guard let change = try? beginChange() else { return }
