@@ -255,6 +255,31 @@ struct StoreInspectorTests {
         #expect(table.output.contains("waitingForPrerequisites"))
     }
 
+    @Test func showTellsTheCrashesOnFileAndWhetherTheNextAttemptRunsAlone() async throws {
+        // Given a store whose last launch crashed with one attempt in flight (its marker, and
+        // the line the crash-signal handler writes), opened again, and another record not in flight
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let crasher = try makeRecord(index: 1)
+        let other = try makeRecord(index: 2)
+        try store.add(crasher)
+        try store.add(other)
+        try store.setAttemptsInFlight(1, forRecord: crasher.id)
+        try Data("witness on\ncrashed 11\n".utf8).write(to: URL(fileURLWithPath: directory.path("attempts", "launch")))
+        _ = try store.beginLaunch(witness: false)
+        store.close()
+        // When the inspector shows them
+        let shownCrasher = try await Self.inspect("show", directory.store.path, crasher.id, "--json")
+        let shownOther = try await Self.inspect("show", directory.store.path, other.id, "--json")
+        let text = try await Self.inspect("show", directory.store.path, crasher.id)
+        // Then the crash is attributed to the one in flight, which runs alone next; not to the other
+        #expect(try shownCrasher.json()["crashes"] as? Int == 1)
+        #expect(try shownCrasher.json()["runsAlone"] as? Bool == true)
+        #expect(try shownOther.json()["crashes"] as? Int == 0)
+        #expect(try shownOther.json()["runsAlone"] as? Bool == false)
+        #expect(text.output.contains("crashes:") && text.output.contains("runsAlone:"))
+    }
+
     @Test func aMissingDirectoryOrABadCommandLineIsAClearError() async throws {
         let directory = try TemporaryDirectory()
         let missing = directory.url.appendingPathComponent("nowhere").path

@@ -13,7 +13,7 @@ import Darwin
 /// <directory>/pending/<id>.record
 /// <directory>/failed/<id>.record
 /// <directory>/quarantine/<name> entries that failed verification, as they were found
-/// <directory>/attempts/<id>     markers of attempts in flight (crash-loop protection)
+/// <directory>/attempts/<id>.attempt, <id>.suspect, launch   crash-loop evidence (see `RecordStore+CrashEvidence`)
 /// <directory>/batches/<batch id>.batch  commit markers of `addOperations` batches
 /// ```
 package struct StoreLayout: Sendable {
