@@ -219,6 +219,11 @@ struct SoakCommand {
         let process = Process()
         process.executableURL = Self.executable
         process.arguments = arguments
+        // A crasher's crash ends the app at once. With the Swift runtime's backtracer on, a
+        // crash starts a helper process that inherits the app's descriptors; a soak kill that
+        // lands while it runs can orphan it, and Foundation's `Process` then never sees the
+        // app end.
+        process.environment = ProcessInfo.processInfo.environment.merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }
         process.standardOutput = FileHandle.nullDevice
         let errorHandle = FileHandle(forWritingAtPath: errors)
         errorHandle?.seekToEndOfFile()

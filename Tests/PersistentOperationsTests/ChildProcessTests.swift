@@ -22,18 +22,9 @@ struct ChildProcessTests {
         let count = 30
         let kills = 12
         let arguments = ["app", "--store", store, "--effects", effects, "--count", "\(count)", "--crash-loop-limit", "1000"]
+        // When it is finally left to run to the end
         try await onDedicatedThread {
-            var random = SeededGenerator(seed: 0xC0FFEE)
-            for _ in 0..<kills {
-                let app = try ChildApp.launch(arguments)
-                usleep(UInt32.random(in: 30_000...350_000, using: &random))
-                kill(app.processIdentifier, SIGKILL)
-                app.waitUntilExit()
-            }
-            // When it is finally left to run to the end
-            let last = try ChildApp.launch(arguments)
-            try ChildApp.waitForExit(last, timeout: 60)
-            guard last.terminationStatus == 0 else { throw ChildAppError("the last launch exited with \(last.terminationStatus)") }
+            try ChildApp.killRepeatedlyThenFinish(arguments, kills: kills, pause: 30_000...350_000, seed: 0xC0FFEE, timeout: 60)
         }
         let journal = try EffectsJournal(path: effects)
         let failedIndices = try RecordStore(directory: directory.store, access: .readOnly).loadFailed().records

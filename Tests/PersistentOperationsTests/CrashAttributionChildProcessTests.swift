@@ -75,18 +75,9 @@ struct CrashAttributionChildProcessTests {
         let count = 60
         let kills = 30
         let arguments = ["app", "--store", directory.store.path, "--effects", effects, "--count", "\(count)", "--attempt-ms", "150"]
+        // When it is finally left to run to the end
         try await onDedicatedThread {
-            var random = SeededGenerator(seed: 0x5EED_0013)
-            for _ in 0..<kills {
-                let app = try ChildApp.launch(arguments)
-                usleep(UInt32.random(in: 20_000...400_000, using: &random))
-                kill(app.processIdentifier, SIGKILL)
-                app.waitUntilExit()
-            }
-            // When it is finally left to run to the end
-            let last = try ChildApp.launch(arguments)
-            try ChildApp.waitForExit(last, timeout: 90)
-            guard last.terminationStatus == 0 else { throw ChildAppError("the last launch exited with \(last.terminationStatus)") }
+            try ChildApp.killRepeatedlyThenFinish(arguments, kills: kills, pause: 20_000...400_000, seed: 0x5EED_0013, timeout: 90)
         }
         // Then no upload was moved aside by crash-loop protection: the failed area holds
         // exactly the uploads their server refused, and every other upload completed

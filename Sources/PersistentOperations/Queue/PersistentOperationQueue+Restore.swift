@@ -17,8 +17,12 @@ extension PersistentOperationQueue {
     /// - corrupt, truncated, oversized or non-file entries, and records whose payload does
     ///   not decode, are moved to the quarantine area (``RestoreReport/quarantined``);
     /// - records of unregistered types are left on disk untouched (``RestoreReport/unknownTypes``);
-    /// - an operation whose attempt was running during ``Configuration/crashLoopLimit``
-    ///   consecutive crashes is moved to the failed area (``RestoreReport/movedToFailedAfterCrashes``).
+    /// - an operation that crashed the process ``Configuration/crashLoopLimit`` times while
+    ///   its attempt was the only one in flight is moved to the failed area
+    ///   (``RestoreReport/movedToFailedAfterCrashes``); the operations that were in flight
+    ///   beside others when the last launch crashed run their next attempts alone, one at a
+    ///   time, before anything else (``RestoreReport/runAlone``). A kill from outside counts
+    ///   against nobody. See <doc:ResumingAfterACrash>.
     ///
     /// Records already tracked (added in this run, or restored before) are skipped, so a
     /// second call restores nothing twice.

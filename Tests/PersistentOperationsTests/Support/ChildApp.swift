@@ -16,6 +16,14 @@ enum ChildApp {
     }
 
     /// The executable product `name` of this package, built beside the test bundle.
+    /// This process's environment with the Swift runtime's backtracer off: a child that
+    /// crashes (the crash-loop tests' poison operations) ends at once, instead of starting a
+    /// helper process that inherits its descriptors and, if the child is killed meanwhile,
+    /// can keep Foundation's `Process` from ever seeing it end.
+    static var withoutBacktracer: [String: String] {
+        ProcessInfo.processInfo.environment.merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }
+    }
+
     static func builtExecutable(named name: String) throws -> URL {
         var candidates = [URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()]
         candidates.append(Bundle.main.bundleURL)
@@ -39,6 +47,7 @@ enum ChildApp {
         try Data().write(to: errorURL)
         let process = Process()
         process.executableURL = try builtExecutable(named: name)
+        process.environment = withoutBacktracer
         process.arguments = arguments
         process.standardOutput = try FileHandle(forWritingTo: outputURL)
         process.standardError = try FileHandle(forWritingTo: errorURL)
@@ -56,10 +65,30 @@ enum ChildApp {
         let process = Process()
         process.executableURL = try executable
         process.arguments = arguments
+        process.environment = withoutBacktracer
         process.standardOutput = output ?? FileHandle.nullDevice
         process.standardError = output ?? FileHandle.nullDevice
         try process.run()
         return process
+    }
+
+    /// Launches crash-demo with `arguments` `kills` times, SIGKILLing each launch after a
+    /// random pause (microseconds) drawn from `pause` with `seed`, then once more to run to
+    /// the end, which must exit with 0 within `timeout` seconds. Blocks: call it inside
+    /// ``onDedicatedThread(_:)``.
+    static func killRepeatedlyThenFinish(
+        _ arguments: [String], kills: Int, pause: ClosedRange<UInt32>, seed: UInt64, timeout: TimeInterval
+    ) throws {
+        var random = SeededGenerator(seed: seed)
+        for _ in 0..<kills {
+            let app = try launch(arguments)
+            usleep(UInt32.random(in: pause, using: &random))
+            kill(app.processIdentifier, SIGKILL)
+            app.waitUntilExit()
+        }
+        let last = try launch(arguments)
+        try waitForExit(last, timeout: timeout)
+        guard last.terminationStatus == 0 else { throw ChildAppError("the last launch exited with \(last.terminationStatus)") }
     }
 
     /// Waits up to `timeout` seconds for `process` to exit; kills it and throws if it does not.
