@@ -50,7 +50,7 @@ struct SoakCommand {
         case killed(Phase)
         /// The aimed-at moment did not come within the time limit; killed anyway.
         case killedLate(Phase)
-        /// The app died by itself (the crasher's SIGKILL) before the kill.
+        /// The app died by itself (a crasher's trap) before the kill.
         case diedByItself(signal: Int32)
         /// The app finished its work before the kill.
         case exited(status: Int32)
@@ -89,7 +89,8 @@ struct SoakCommand {
             if case .exited(let status) = end, status != 0 {
                 problems.append("cycle \(cycle): the app exited with status \(status) (see \(errors))")
             }
-            if case .diedByItself(let signal) = end, signal != SIGKILL {
+            if case .diedByItself(let signal) = end, signal != SIGKILL, signal != SIGILL, signal != SIGTRAP {
+                // SIGILL or SIGTRAP: a crasher's trap, which crash-loop protection catches.
                 problems.append("cycle \(cycle): the app crashed with signal \(signal)")
             }
             ends.append(end)
@@ -140,7 +141,7 @@ struct SoakCommand {
         let phases = Phase.allCases.map { "\($0.rawValue) \(killsByPhase[$0.rawValue, default: 0])" }.joined(separator: ", ")
         let tally = verifier.tally
         print("""
-              cycles: \(cycles) (\(ends.count - diedByItself - exitedEarly) killed by the soak, \(diedByItself) killed by the crasher itself, \(exitedEarly) finished before the kill)
+              cycles: \(cycles) (\(ends.count - diedByItself - exitedEarly) killed by the soak, \(diedByItself) crashed by a crasher, \(exitedEarly) finished before the kill)
               kills by phase: \(phases) (\(late) of them after the aimed-at moment did not come within 2 s)
               launches: \(cycles + finalLaunches) (\(finalLaunches) after the last cycle, \(finalCrashes) of them crashed by a crasher; \(tally.launches) got as far as restoring); a crasher added in \(crasherLaunches) cycles
               acknowledged: \(tally.acknowledged), completed: \(tally.completed), failed for good (refused): \(tally.refused)
