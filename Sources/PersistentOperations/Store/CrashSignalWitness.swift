@@ -31,7 +31,7 @@ enum CrashSignalWitness {
 
     /// How many stores can be open with a witness at a time; more are opened without one
     /// (their launches count every death as a possible crash, as without a witness).
-    static let capacity = 32  // the handler's loop bound too
+    static let capacity = 1024  // the handler's loop bound too
 
     /// Installs the handlers (once per process) and registers `descriptor`, which must be
     /// open for appending. Returns `false` when no slot is free.
@@ -115,7 +115,7 @@ enum CrashSignalWitness {
         let line = tables.lines + Int(signal) * Tables.lineLength
         var length = 0
         while length < Tables.lineLength, line[length] != 0 { length += 1 }
-        for index in 0..<32 {
+        for index in 0..<1024 {
             let descriptor = tables.descriptors[index]
             if descriptor >= 0 { _ = write(descriptor, line, length) }
         }
