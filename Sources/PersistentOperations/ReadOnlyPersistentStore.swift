@@ -115,15 +115,13 @@ public final class ReadOnlyPersistentStore: Sendable {
     /// - Throws: ``PersistenceError`` when the area cannot be listed.
     public func pendingRecords() throws -> RecordList {
         let report = try store.loadPending()
-        let markers = store.attemptsInFlight()
-        let evidence = store.crashEvidence()
+        let evidence = store.attemptEvidence()
         let isStoreHeld = isHeldByAProcess
         let now = Date()
         return RecordList(
             records: StoredOperationRecord.linkingGraph(of: report.records.map {
                 StoredOperationRecord(
-                    $0, area: .pending, markedAttemptsInFlight: markers[$0.id] ?? 0, isStoreHeld: isStoreHeld, now: now,
-                    crashEvidence: evidence[$0.id]
+                    $0, area: .pending, isStoreHeld: isStoreHeld, now: now, evidence: evidence[$0.id]
                 )
             }),
             unreadable: report.skipped.map(UnreadableEntry.init)
@@ -143,7 +141,7 @@ public final class ReadOnlyPersistentStore: Sendable {
         let report = try store.loadFailed()
         let now = Date()
         return RecordList(
-            records: report.records.map { StoredOperationRecord($0, area: .failed, markedAttemptsInFlight: 0, isStoreHeld: false, now: now) },
+            records: report.records.map { StoredOperationRecord($0, area: .failed, isStoreHeld: false, now: now) },
             unreadable: report.skipped.map(UnreadableEntry.init)
         )
     }

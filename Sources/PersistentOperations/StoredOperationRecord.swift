@@ -99,14 +99,13 @@ public struct StoredOperationRecord: Sendable, Hashable {
 }
 
 extension StoredOperationRecord {
-    /// A record as read from `area`, with the attempts in flight its marker counts.
-    /// `isStoreHeld`: whether a running process holds the store, so that an attempt in
-    /// flight is running rather than interrupted.
-    init(_ record: OperationRecord, area: Area, markedAttemptsInFlight: Int, isStoreHeld: Bool, now: Date,
-         crashEvidence: (crashes: Int, runsAlone: Bool)? = nil) {
-        // The record counts attempts up to its last save; the marker (or, for a record moved
-        // aside by crash-loop protection, the record itself) counts those started since.
-        let inFlight = max(record.attemptsInFlight, markedAttemptsInFlight)
+    /// A record as read from `area`, with what its attempt marker or suspect file says
+    /// (`evidence`, see `RecordStore.attemptEvidence()`). `isStoreHeld`: whether a running
+    /// process holds the store, so that an attempt in flight is running rather than interrupted.
+    init(_ record: OperationRecord, area: Area, isStoreHeld: Bool, now: Date, evidence: CrashSuspect? = nil) {
+        // The record counts attempts up to its last save; the marker or suspect file (or, for a
+        // record moved aside by crash-loop protection, the record itself) counts those started since.
+        let inFlight = max(record.attemptsInFlight, evidence?.interruptedAttempts ?? 0)
         let state: PersistentOperationInfo.State?
         switch area {
         case .failed: state = nil
@@ -143,9 +142,9 @@ extension StoredOperationRecord {
             failedPrerequisite: record.failedPrerequisite.map(PersistentOperationID.init(record:)),
             payload: record.payload
         )
-        if let crashEvidence {
-            crashes = crashEvidence.crashes
-            runsAlone = crashEvidence.runsAlone
+        if let evidence {
+            crashes = evidence.crashes
+            runsAlone = evidence.runsAlone
         }
     }
 

@@ -13,13 +13,11 @@ extension PersistentOperationQueue {
             defer { state.entries[id] = entry }
             entry.attemptsInFlight += 1
             entry.record.numberOfAttempts = attempt ?? entry.record.numberOfAttempts + 1
-            defer {
-                entry.runsAlone = false
-                entry.hasSuspectFile = false
-            }
+            defer { entry.hasSuspectFile = false }
             return Start(
                 inFlight: entry.attemptsInFlight, attempt: entry.record.numberOfAttempts, crashes: entry.crashes,
-                runsAlone: entry.runsAlone, hadSuspectFile: entry.hasSuspectFile
+                // The first isolated operation holds the only slot until this attempt ends.
+                runsAlone: state.isolation.first == id, hadSuspectFile: entry.hasSuspectFile
             )
         }
         guard let start else { return }

@@ -57,8 +57,6 @@ extension PersistentOperationQueue {
         var attemptsInFlight: Int
         /// Crashes attributed to this operation (see `+Isolation`).
         var crashes = 0
-        /// Its next attempt runs alone: it was in flight at a crash, beside others or alone.
-        var runsAlone = false
         /// A suspect file an earlier launch left for it exists, until its next attempt starts.
         var hasSuspectFile = false
         /// Cancelled (or replaced) and about to finish: it no longer holds its unique key.

@@ -36,19 +36,16 @@ extension PersistentOperationQueue {
             }
             switch entry.phase {
             case .ready:
-                state.slotsInQueue += 1
-                let slot = makeSlot(for: entry)
-                entry.phase = .queued(slot)
+                // Nothing else is in flight: `queueOrHold` gives it the slot.
+                let slot = queueOrHold(&entry, in: &state, window: window)
                 state.entries[head] = entry
-                return [slot]
+                return slot.map { [$0] } ?? []
             case .scheduled(nil), .queued, .running:
                 // Being scheduled (its slot comes next), or already holding one.
                 return []
             case .scheduled(.some), .waitingToRetry, .blocked:
                 // Not due now: it runs later, with the rest.
                 state.isolation.removeFirst()
-                entry.runsAlone = false
-                state.entries[head] = entry
             }
         }
         var slots: [AttemptSlot] = []

@@ -70,7 +70,7 @@ extension PersistentOperationQueue {
         }
     }
 
-    func makeSlot(for entry: Entry) -> AttemptSlot {
+    private func makeSlot(for entry: Entry) -> AttemptSlot {
         AttemptSlot(
             recordID: entry.record.id,
             priority: Operation.QueuePriority(rawValue: entry.record.priority) ?? .normal,

@@ -41,7 +41,6 @@ extension PersistentOperationQueue {
         var entry = Entry(record: record, operation: nil, attemptsInFlight: interrupted)
         if let suspect {
             entry.crashes = suspect.crashes
-            entry.runsAlone = suspect.runsAlone
             entry.hasSuspectFile = true
         }
         state.withLock { state in

@@ -31,7 +31,7 @@ enum CrashSignalWitness {
 
     /// How many stores can be open with a witness at a time; more are opened without one
     /// (their launches count every death as a possible crash, as without a witness).
-    static let capacity = 1024  // the handler's loop bound too
+    static let capacity = 1024
 
     /// Installs the handlers (once per process) and registers `descriptor`, which must be
     /// open for appending. Returns `false` when no slot is free.
@@ -57,16 +57,6 @@ enum CrashSignalWitness {
     }
 
     private static let slotsLock = NSLock()
-
-    /// Whether the witness's handler is the one installed for every crash signal now (a
-    /// handler installed later that does not pass signals on would hide crashes).
-    static var isInstalledForEverySignal: Bool {
-        crashSignals.allSatisfy { signal in
-            var current = sigaction()
-            guard sigaction(signal, nil, &current) == 0 else { return false }
-            return handlerAddress(of: current) == unsafeBitCast(witnessHandler, to: UInt.self)
-        }
-    }
 
     // MARK: - Tables read by the handler
 
@@ -115,7 +105,7 @@ enum CrashSignalWitness {
         let line = tables.lines + Int(signal) * Tables.lineLength
         var length = 0
         while length < Tables.lineLength, line[length] != 0 { length += 1 }
-        for index in 0..<1024 {
+        for index in 0..<CrashSignalWitness.capacity {
             let descriptor = tables.descriptors[index]
             if descriptor >= 0 { _ = write(descriptor, line, length) }
         }

@@ -50,11 +50,7 @@ extension RecordStore {
     /// The attempts started and never ended of every record that has a marker or a suspect
     /// file (an attempt that started in this launch, or one an earlier launch left).
     package func attemptsInFlight() -> [String: Int] {
-        var counts = suspects().mapValues(\.interruptedAttempts)
-        for (id, marker) in attemptMarkers() {
-            counts[id] = max(counts[id] ?? 0, marker.attempts)
-        }
-        return counts
+        attemptEvidence().mapValues(\.interruptedAttempts)
     }
 
     /// Marks one attempt in flight — every operation's first attempt, so the common case —

@@ -140,12 +140,14 @@ extension RecordStore {
         return suspects
     }
 
-    /// What the files say of each record's crashes: the suspect files, and the crashes the
-    /// markers of attempts in flight carry.
-    package func crashEvidence() -> [String: (crashes: Int, runsAlone: Bool)] {
-        var evidence = suspects().mapValues { (crashes: $0.crashes, runsAlone: $0.runsAlone) }
-        for (id, marker) in attemptMarkers() where evidence[id] == nil {
-            evidence[id] = (marker.crashes, false)
+    /// What the attempt markers and suspect files say of each record that has one: the
+    /// attempts started and not ended (an attempt running in this launch, or interrupted by an
+    /// earlier one), the crashes on file, and whether its next attempt runs alone. A marker
+    /// supersedes its record's suspect file (the attempt started after it was written).
+    package func attemptEvidence() -> [String: CrashSuspect] {
+        var evidence = suspects()
+        for (id, marker) in attemptMarkers() {
+            evidence[id] = CrashSuspect(interruptedAttempts: marker.attempts, crashes: marker.crashes, runsAlone: false)
         }
         return evidence
     }
