@@ -89,8 +89,7 @@ struct SoakCommand {
             if case .exited(let status) = end, status != 0 {
                 problems.append("cycle \(cycle): the app exited with status \(status) (see \(errors))")
             }
-            if case .diedByItself(let signal) = end, signal != SIGKILL, signal != SIGILL, signal != SIGTRAP {
-                // SIGILL or SIGTRAP: a crasher's trap, which crash-loop protection catches.
+            if case .diedByItself(let signal) = end, signal != SIGKILL, !Self.isCrashersTrap(signal) {
                 problems.append("cycle \(cycle): the app crashed with signal \(signal)")
             }
             ends.append(end)
@@ -113,8 +112,8 @@ struct SoakCommand {
             if app.terminationReason == .exit {
                 finished = true
                 if app.terminationStatus != 0 { problems.append("the final launch exited with status \(app.terminationStatus) (see \(errors))") }
-            } else if app.terminationStatus == SIGILL || app.terminationStatus == SIGTRAP {
-                finalCrashes += 1  // a crasher's trap: crash-loop protection catches it
+            } else if Self.isCrashersTrap(app.terminationStatus) {
+                finalCrashes += 1
             } else if app.terminationStatus != SIGKILL {
                 problems.append("a final launch crashed with signal \(app.terminationStatus)")
             }
@@ -231,6 +230,12 @@ struct SoakCommand {
         process.standardError = errorHandle ?? FileHandle.nullDevice
         try process.run()
         return process
+    }
+
+    /// Whether an app that died of `signal` died of a crasher's trap (`fatalError`: SIGILL on
+    /// x86-64, SIGTRAP on arm64), which crash-loop protection catches.
+    static func isCrashersTrap(_ signal: Int32) -> Bool {
+        signal == SIGILL || signal == SIGTRAP
     }
 
     private func waitForExit(_ process: Process, timeout: TimeInterval) -> Bool {

@@ -75,26 +75,12 @@ struct CrashAttributionChildProcessTests {
         let count = 60
         let kills = 30
         let arguments = ["app", "--store", directory.store.path, "--effects", effects, "--count", "\(count)", "--attempt-ms", "150"]
+        // When each launch is killed at a random moment after its first attempt started, then
+        // the last is left to run to the end
         try await onDedicatedThread {
-            var random = SeededGenerator(seed: 0x5EED_0013)
-            for _ in 0..<kills {
-                // Each kill comes at a random moment after the launch's first attempt started,
-                // however slowly the app starts (a sanitizer build is slow)
-                let app = try ChildApp.launch(arguments)
-                let started = "pid=\(app.processIdentifier)"
-                let deadline = Date().addingTimeInterval(20)
-                while app.isRunning, Date() < deadline,
-                      !((try? String(contentsOfFile: effects, encoding: .utf8)) ?? "").contains(started) {
-                    usleep(2_000)
-                }
-                usleep(UInt32.random(in: 0...300_000, using: &random))
-                kill(app.processIdentifier, SIGKILL)
-                app.waitUntilExit()
-            }
-            // When it is finally left to run to the end
-            let last = try ChildApp.launch(arguments)
-            try ChildApp.waitForExit(last, timeout: 120)
-            guard last.terminationStatus == 0 else { throw ChildAppError("the last launch exited with \(last.terminationStatus)") }
+            try ChildApp.killRepeatedlyThenFinish(
+                arguments, kills: kills, pause: 0...300_000, seed: 0x5EED_0013, timeout: 120, afterFirstAttemptIn: effects
+            )
         }
         // Then no upload was moved aside by crash-loop protection: the failed area holds
         // exactly the uploads their server refused, and every other upload completed

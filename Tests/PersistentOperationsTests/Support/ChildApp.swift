@@ -74,14 +74,25 @@ enum ChildApp {
 
     /// Launches crash-demo with `arguments` `kills` times, SIGKILLing each launch after a
     /// random pause (microseconds) drawn from `pause` with `seed`, then once more to run to
-    /// the end, which must exit with 0 within `timeout` seconds. Blocks: call it inside
-    /// ``onDedicatedThread(_:)``.
+    /// the end, which must exit with 0 within `timeout` seconds. With `afterFirstAttemptIn`,
+    /// the pause starts once that effects journal shows the launch's first attempt (at most
+    /// 20 s), however slowly the app starts (a sanitizer build is slow). Blocks: call it
+    /// inside ``onDedicatedThread(_:)``.
     static func killRepeatedlyThenFinish(
-        _ arguments: [String], kills: Int, pause: ClosedRange<UInt32>, seed: UInt64, timeout: TimeInterval
+        _ arguments: [String], kills: Int, pause: ClosedRange<UInt32>, seed: UInt64, timeout: TimeInterval,
+        afterFirstAttemptIn effects: String? = nil
     ) throws {
         var random = SeededGenerator(seed: seed)
         for _ in 0..<kills {
             let app = try launch(arguments)
+            if let effects {
+                let started = "pid=\(app.processIdentifier)"
+                let deadline = Date().addingTimeInterval(20)
+                while app.isRunning, Date() < deadline,
+                      !((try? String(contentsOfFile: effects, encoding: .utf8)) ?? "").contains(started) {
+                    usleep(2_000)
+                }
+            }
             usleep(UInt32.random(in: pause, using: &random))
             kill(app.processIdentifier, SIGKILL)
             app.waitUntilExit()
