@@ -7,7 +7,9 @@ import Foundation
 /// lets the policy decide (unless `isRetriable` says the error is final); throwing a
 /// ``RetryRequest`` asks for a specific wait, counted or not. Cancelling the operation
 /// cancels the running task, and a cancelled operation finishes as
-/// ``RetryingOperation/Outcome/cancelled``.
+/// ``RetryingOperation/Outcome/cancelled``. With a ``RetryPolicy/attemptTimeout``, an attempt
+/// still running at its timeout has its task cancelled and counts as a timed-out retry; what
+/// that task returns or throws afterwards is ignored.
 ///
 /// ```swift
 /// let sync = AsyncRetryingOperation(retryPolicy: .interactive) { attempt in
@@ -69,12 +71,14 @@ public final class AsyncRetryingOperation: RetryingOperation, @unchecked Sendabl
 
     public override func startBaseOperation(isRetry: Bool) {
         let attempt = Attempt(number: numberOfAttempts, numberOfRetries: numberOfRetries ?? 0)
+        // Ends are reported by attempt number: an attempt abandoned at its timeout whose task
+        // ends late does not end the next attempt.
         let task = Task(priority: taskPriority) { [body] in
             do {
                 try await body(attempt)
-                self.baseOperationEnded()
+                self.endAttempt(.succeeded, attempt: attempt.number)
             } catch {
-                self.attemptThrew(error)
+                self.attemptThrew(error, attempt: attempt.number)
             }
         }
         runningTask.withLock { $0 = task }
@@ -84,18 +88,19 @@ public final class AsyncRetryingOperation: RetryingOperation, @unchecked Sendabl
         runningTask.withLock { $0 }?.cancel()
     }
 
-    private func attemptThrew(_ error: any Error) {
+    private func attemptThrew(_ error: any Error, attempt: Int) {
         if let request = error as? RetryRequest {
             if let delay = request.delay {
-                baseOperationEnded(needsRetryIn: delay, countsTowardRetryLimit: request.countsTowardRetryLimit)
+                endAttempt(.retry(after: .delay(delay), counted: request.countsTowardRetryLimit,
+                                  enforcesLimit: request.countsTowardRetryLimit, error: nil), attempt: attempt)
             } else {
                 endAttempt(.retry(after: .policyDelay, counted: request.countsTowardRetryLimit,
-                                  enforcesLimit: request.countsTowardRetryLimit, error: nil))
+                                  enforcesLimit: request.countsTowardRetryLimit, error: nil), attempt: attempt)
             }
         } else if isCancelled || !isRetriable(error) {
-            baseOperationEnded(failingWith: error)
+            endAttempt(.failed(error), attempt: attempt)
         } else {
-            baseOperationEnded(withRetriableError: error)
+            endAttempt(.retry(after: .policyDelay, counted: true, enforcesLimit: true, error: error), attempt: attempt)
         }
     }
 }

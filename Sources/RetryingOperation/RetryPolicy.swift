@@ -69,21 +69,40 @@ public struct RetryPolicy: Codable, Hashable, Sendable {
     public var maximumDelay: TimeInterval
     /// How the delay is randomised. Defaults to ``defaultJitter``.
     public var jitter: Jitter
-
-    /// Creates a policy. Each parameter defaults to its named constant.
+    /// The longest an attempt may run, in seconds; `nil` (the default) for no limit.
     ///
-    /// - Precondition: Limits and delays are not negative, delays are finite, and an
-    ///   exponential multiplier is at least 1.
+    /// An attempt still running after this long is abandoned: the operation calls
+    /// ``RetryingOperation/abandonBaseOperation(_:)`` (which calls
+    /// ``RetryingOperation/cancelBaseOperation()`` unless overridden) and ends the attempt as
+    /// a counted retry whose error is a ``RetryingOperationError`` with code
+    /// ``RetryingOperationError/Code-swift.struct/attemptTimedOut``: the policy retries it
+    /// after its backoff delay, or the operation fails with
+    /// ``RetryingOperationError/Code-swift.struct/retryLimitReached``. What the abandoned
+    /// attempt reports afterwards is ignored. The timer runs on the operation's
+    /// ``RetryingOperation/retryScheduler``.
+    ///
+    /// ```swift
+    /// var policy = RetryPolicy.default
+    /// policy.attemptTimeout = 30      // a request that hangs is retried after 30 s
+    /// ```
+    public var attemptTimeout: TimeInterval?
+
+    /// Creates a policy. Each parameter defaults to its named constant (no attempt timeout).
+    ///
+    /// - Precondition: Limits and delays are not negative, delays are finite, an
+    ///   exponential multiplier is at least 1, and an attempt timeout is finite and positive.
     public init(
         retryLimit: RetryLimit = defaultRetryLimit,
         backoff: Backoff = defaultBackoff,
         maximumDelay: TimeInterval = defaultMaximumDelay,
-        jitter: Jitter = defaultJitter
+        jitter: Jitter = defaultJitter,
+        attemptTimeout: TimeInterval? = nil
     ) {
         self.retryLimit = retryLimit
         self.backoff = backoff
         self.maximumDelay = maximumDelay
         self.jitter = jitter
+        self.attemptTimeout = attemptTimeout
         if let problem = validationProblem {
             preconditionFailure("invalid RetryPolicy: \(problem)")
         }
@@ -95,6 +114,8 @@ public struct RetryPolicy: Codable, Hashable, Sendable {
         backoff = try container.decode(Backoff.self, forKey: .backoff)
         maximumDelay = try container.decode(TimeInterval.self, forKey: .maximumDelay)
         jitter = try container.decode(Jitter.self, forKey: .jitter)
+        // Absent from policies encoded before attempt timeouts existed.
+        attemptTimeout = try container.decodeIfPresent(TimeInterval.self, forKey: .attemptTimeout)
         if let problem = validationProblem {
             throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "invalid RetryPolicy: \(problem)"))
         }
@@ -210,6 +231,9 @@ public struct RetryPolicy: Codable, Hashable, Sendable {
         }
         guard maximumDelay.isFinite, maximumDelay >= 0 else {
             return "maximumDelay \(maximumDelay) must be a finite, non-negative number of seconds"
+        }
+        if let attemptTimeout, !(attemptTimeout.isFinite && attemptTimeout > 0) {
+            return "attemptTimeout \(attemptTimeout) must be a finite, positive number of seconds"
         }
         switch backoff {
         case .constant(let delay):

@@ -48,6 +48,16 @@ public protocol RetryableOperation: Operation {
 /// ``RetryingOperationError/Code-swift.struct/retryLimitReached``, the shape every
 /// ``RetryingOperation`` gives up in; its ``RetryingOperationError/underlyingError`` is `nil`
 /// (an `Operation` reports no error: read ``currentBaseOperation`` for the last run).
+///
+/// With a ``RetryPolicy/attemptTimeout`` in the wrapper's ``RetryingOperation/retryPolicy``,
+/// a base operation still running at the timeout is cancelled, and a fresh copy runs after the
+/// policy's backoff delay; the late end of the abandoned one is ignored. The initializer sets
+/// the policy's ``RetryPolicy/retryLimit`` from ``maximumNumberOfRetries``, so timed-out
+/// attempts count against the same limit.
+///
+/// ```swift
+/// wrapper.retryPolicy.attemptTimeout = 60
+/// ```
 public final class RetryableOperationWrapper<T: RetryableOperation>: RetryingOperation, @unchecked Sendable {
     // @unchecked: `current` is a `Locked`; the other stored properties are constants.
 
@@ -84,6 +94,8 @@ public final class RetryableOperationWrapper<T: RetryableOperation>: RetryingOpe
         self.current = Locked(baseOperation)
         self.baseOperationQueue = baseOperationQueue
         super.init()
+        // A timed-out attempt is a counted retry decided by the policy: the same limit.
+        retryPolicy.retryLimit = maximumNumberOfRetries < 0 ? .unlimited : .maximum(maximumNumberOfRetries)
     }
 
     /// Creates a wrapper whose limit is a ``RetryPolicy/RetryLimit``, without the `-1`
@@ -122,12 +134,13 @@ public final class RetryableOperationWrapper<T: RetryableOperation>: RetryingOpe
             operation = currentBaseOperation
         }
 
+        let attempt = numberOfAttempts
         let previousCompletion = operation.completionBlock
         operation.completionBlock = { [unowned operation] in
             // Drop the block (and the wrapper it holds) once it has run.
             operation.completionBlock = nil
             previousCompletion?()
-            self.baseOperationFinished(operation)
+            self.baseOperationFinished(operation, attempt: attempt)
         }
         if let baseOperationQueue {
             baseOperationQueue.addOperation(operation)
@@ -140,24 +153,26 @@ public final class RetryableOperationWrapper<T: RetryableOperation>: RetryingOpe
         currentBaseOperation.cancel()
     }
 
-    private func baseOperationFinished(_ operation: T) {
+    /// The base operation of `attempt` finished. Its end is reported by attempt number: a base
+    /// operation abandoned at its timeout that finishes late does not end the next attempt.
+    private func baseOperationFinished(_ operation: T, attempt: Int) {
         if isCancelled {
             // The cancel reached the base operation; whatever it says, the wrapper is cancelled.
-            baseOperationEnded(failingWith: CancellationError())
+            endAttempt(.failed(CancellationError()), attempt: attempt)
             return
         }
         guard let helpers = operation.retryHelpers(from: self) else {
-            baseOperationEnded()
+            endAttempt(.succeeded, attempt: attempt)
             return
         }
         let retries = numberOfRetries ?? 0
         if maximumNumberOfRetries >= 0 && retries >= maximumNumberOfRetries {
-            baseOperationEnded(failingWith: RetryingOperationError(
+            endAttempt(.failed(RetryingOperationError(
                 code: .retryLimitReached,
                 message: "\(type(of: operation)) asked for a retry after \(retries) retries; maximumNumberOfRetries is \(maximumNumberOfRetries)"
-            ))
+            )), attempt: attempt)
             return
         }
-        baseOperationEnded(retryHelpers: helpers)
+        endAttempt(.retry(after: .helpers(helpers), counted: true, enforcesLimit: false, error: nil), attempt: attempt)
     }
 }

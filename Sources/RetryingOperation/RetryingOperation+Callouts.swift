@@ -24,6 +24,10 @@ extension RetryingOperation {
         case beginAdmittedRetry
         /// `retryNow()` (`nil`), `retry(in:)` or `retry(withHelpers:)` was called.
         case applyRequestedRetry([RetryHelper]?)
+        /// The timeout of asynchronous attempt `attempt` passed.
+        case attemptTimedOut(attempt: Int)
+        /// The expiration date passed during wait `generation`.
+        case expirationReached(generation: UInt64)
     }
 
     /// Performs `callout` now if no other callout is running, otherwise queues it behind the
@@ -83,6 +87,10 @@ extension RetryingOperation {
             beginAdmittedRetry()
         case .applyRequestedRetry(let helpers):
             applyRequestedRetry(helpers)
+        case .attemptTimedOut(let attempt):
+            processAttemptTimeout(attempt)
+        case .expirationReached(let generation):
+            processExpiration(duringWait: generation)
         }
     }
 }

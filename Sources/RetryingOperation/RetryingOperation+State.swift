@@ -74,6 +74,15 @@ struct MachineState: Sendable {
     /// The callouts waiting to run, kept here so that a state change and the callout it
     /// submits take one lock round trip.
     var callouts = CalloutQueue<RetryingOperation.Callout>()
+    /// No attempt starts at or after this date (``RetryingOperation/expirationDate``).
+    var expirationDate: Date?
+    /// The timeout timer of the running attempt, if its policy has an attempt timeout.
+    var attemptTimer: (any ScheduledRetry)?
+    /// The running synchronous attempt passed its timeout: however it ends, it ends as
+    /// timed out (its thread cannot be taken back, so it is not abandoned early).
+    var synchronousAttemptTimedOut = false
+    /// Attempts abandoned at their timeout whose own `baseOperationEnded` has not come yet.
+    var abandonedAttemptsOwingEnd = 0
 }
 
 /// A task awaiting ``RetryingOperation/finalOutcome``. `token` identifies it, so that the
@@ -116,19 +125,28 @@ extension RetryingOperation {
             finish(.failed(failureBeforeStart), wasExecuting: false)
             return
         }
+        if let expired = expirationError() {
+            finish(.failed(expired), wasExecuting: isRetry)
+            return
+        }
 
         if !isRetry { willChangeValue(forKey: "isExecuting") }
-        let (attempt, retries, passesRetry, driver, logHandler) = machine.withLock { state in
+        let (attempt, retries, passesRetry, driver, logHandler, timeout, scheduler) = machine.withLock { state in
             if isRetry && counted { state.numberOfRetries += 1 }
             state.numberOfAttempts += 1
             state.phase = .running(hasEnded: false)
-            return (state.numberOfAttempts, state.numberOfRetries, isRetry || state.resumesAsRetry, state.driver, state.logHandler)
+            state.synchronousAttemptTimedOut = false
+            return (state.numberOfAttempts, state.numberOfRetries, isRetry || state.resumesAsRetry, state.driver, state.logHandler,
+                    state.retryPolicy.attemptTimeout, state.retryScheduler)
         }
         if !isRetry { didChangeValue(forKey: "isExecuting") }
 
         // The handler read with the state above: no extra lock round trip on this hot path.
         log(.debug, "starting attempt \(attempt) (\(retries) counted retries so far)", to: logHandler)
         driver?.operationWillStartAttempt(self, AttemptInfo(attempt: attempt, numberOfRetries: retries, isRetry: passesRetry))
+        if let timeout, timeout.isFinite, timeout > 0 {
+            startTimeoutTimer(for: attempt, after: timeout, on: scheduler)
+        }
         startBaseOperation(isRetry: passesRetry)
 
         guard !isAsynchronous else { return }
@@ -150,19 +168,56 @@ extension RetryingOperation {
 
     /// Records the end of the running attempt and submits its processing, in one lock
     /// round trip; the end itself is processed as a callout.
-    func endAttempt(_ end: AttemptEnd) {
-        let callout = Callout.processAttemptEnd(end)
-        let runsNow: Bool? = machine.withLock { state in
-            guard state.phase.isRunningAttempt else { return nil }
+    ///
+    /// `attempt`: the number of the attempt that ended, when the caller knows it
+    /// (``baseOperationEnded(attempt:with:)``); the end is then ignored unless that attempt is
+    /// the one running. `nil`: whatever attempt is running.
+    func endAttempt(_ end: AttemptEnd, attempt: Int? = nil) {
+        enum Reception {
+            case accepted(runsNow: Bool, callout: Callout, timer: (any ScheduledRetry)?, afterAbandoned: Bool)
+            case ignoredLate(fromAbandoned: Bool)
+            case ignored
+        }
+        let reception: Reception = machine.withLock { state in
+            guard state.phase.isRunningAttempt, attempt == nil || attempt == state.numberOfAttempts else {
+                // A late end: from an attempt that is over (abandoned at its timeout, or ended
+                // by a cancel), or, for a plain call, from one abandoned that still owes it.
+                if let attempt {
+                    guard attempt <= state.numberOfAttempts else { return .ignored }
+                    if state.abandonedAttemptsOwingEnd > 0 { state.abandonedAttemptsOwingEnd -= 1 }
+                    return .ignoredLate(fromAbandoned: false)
+                }
+                guard state.abandonedAttemptsOwingEnd > 0 else { return .ignored }
+                state.abandonedAttemptsOwingEnd -= 1
+                return .ignoredLate(fromAbandoned: true)
+            }
             state.phase = .running(hasEnded: true)
-            return state.callouts.submit(callout)
+            var end = end
+            if state.synchronousAttemptTimedOut {
+                state.synchronousAttemptTimedOut = false
+                end = Self.timedOutEnd(attempt: state.numberOfAttempts, timeout: state.retryPolicy.attemptTimeout)
+            }
+            let timer = state.attemptTimer
+            state.attemptTimer = nil
+            let callout = Callout.processAttemptEnd(end)
+            return .accepted(runsNow: state.callouts.submit(callout), callout: callout, timer: timer,
+                             afterAbandoned: attempt == nil && state.abandonedAttemptsOwingEnd > 0)
         }
-        guard let runsNow else {
+        switch reception {
+        case .accepted(let runsNow, let callout, let timer, let afterAbandoned):
+            timer?.cancel()
+            if afterAbandoned {
+                log(.warning, "baseOperationEnded ends the running attempt, but an earlier attempt abandoned at its timeout has not ended yet: if the call came from it, end attempts with baseOperationEnded(attempt:with:), which ignores an abandoned attempt's late end")
+            }
+            if runsNow {
+                performCallouts(startingWith: callout)
+            }
+        case .ignoredLate(let fromAbandoned):
+            log(.info, fromAbandoned
+                ? "an attempt abandoned at its timeout ended late; ignored"
+                : "attempt \(attempt ?? 0) ended after it was over (abandoned at its timeout, or the operation finished); ignored")
+        case .ignored:
             log(.error, "baseOperationEnded was called while no attempt was running (called twice, or after a cancel finished the operation); ignored")
-            return
-        }
-        if runsNow {
-            performCallouts(startingWith: callout)
         }
     }
 
@@ -187,6 +242,10 @@ extension RetryingOperation {
                     message: "gave up after \(retries) retries: the retry policy allows no more",
                     underlyingError: error
                 )), wasExecuting: true)
+                return
+            }
+            if let expired = expirationError() {
+                finish(.failed(expired), wasExecuting: true)
                 return
             }
             let helpers: [RetryHelper]
@@ -306,13 +365,17 @@ extension RetryingOperation {
 
     private func install(_ helpers: [RetryHelper]) {
         var helpers = helpers
+        if let expiration = machine.withLock({ $0.expirationDate }) {
+            // The wait ends at the expiration date at the latest: the operation then fails.
+            helpers.append(ExpirationHelper(date: expiration, operation: self))
+        }
         for index in helpers.indices {
             helpers[index].setup()
         }
         installedHelpers = helpers
     }
 
-    private func tearDownHelpers() {
+    func tearDownHelpers() {
         guard var helpers = installedHelpers else { return }
         installedHelpers = nil
         for index in helpers.indices {
@@ -343,18 +406,22 @@ extension RetryingOperation {
     func finish(_ outcome: Outcome, wasExecuting: Bool) {
         if wasExecuting { willChangeValue(forKey: "isExecuting") }
         willChangeValue(forKey: "isFinished")
-        let finished = machine.withLock { state -> (MachineState.OutcomeWaiters, (any RetryingOperationDriver)?, RetryLogHandler?)? in
+        let finished = machine.withLock { state -> (MachineState.OutcomeWaiters, (any RetryingOperationDriver)?, RetryLogHandler?, (any ScheduledRetry)?)? in
             guard !state.phase.isFinished else { return nil }
             state.phase = .finished(outcome)
-            defer { state.outcomeWaiters = [] }
-            return (state.outcomeWaiters, state.driver, state.logHandler)
+            defer {
+                state.outcomeWaiters = []
+                state.attemptTimer = nil
+            }
+            return (state.outcomeWaiters, state.driver, state.logHandler, state.attemptTimer)
         }
         didChangeValue(forKey: "isFinished")
         if wasExecuting { didChangeValue(forKey: "isExecuting") }
-        guard let (waiters, driver, logHandler) = finished else {
+        guard let (waiters, driver, logHandler, timer) = finished else {
             assertionFailure("finish(_:wasExecuting:) was called on a finished operation")
             return
         }
+        timer?.cancel()
         driver?.operationDidFinish(self, outcome)
 
         log(.debug, "finished: \(outcome)", to: logHandler)

@@ -118,6 +118,28 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     open func cancelBaseOperation() {
     }
 
+    /// Stops an attempt that the operation gives up on while the operation goes on: an
+    /// attempt that ran longer than ``RetryPolicy/attemptTimeout``
+    /// (``AbandonReason/timedOut``). The operation is not cancelled (`isCancelled` is
+    /// `false`); the attempt already counts as ended, and what it reports afterwards is
+    /// ignored. Subclasses may override it; never call it yourself.
+    ///
+    /// The default implementation calls ``cancelBaseOperation()``, which stops the work the
+    /// way a cancel does — what most operations want. Override this method when your
+    /// ``cancelBaseOperation()`` does more than stop the attempt (it treats the whole operation
+    /// as cancelled, say). Like ``cancelBaseOperation()``, it is called one at a time with the
+    /// other callouts for an asynchronous operation, and from the timer's thread while the
+    /// attempt runs for a synchronous one.
+    ///
+    /// ```swift
+    /// override func abandonBaseOperation(_ reason: AbandonReason) {
+    ///     request?.cancel()      // the next attempt sends a new request
+    /// }
+    /// ```
+    open func abandonBaseOperation(_ reason: AbandonReason) {
+        cancelBaseOperation()
+    }
+
     /// Ends the current attempt successfully: the operation finishes with
     /// ``Outcome/succeeded``.
     ///

@@ -26,6 +26,14 @@ public struct RetryingOperationError: Error, CustomStringConvertible, Sendable {
         /// A synchronous operation's `startBaseOperation(isRetry:)` returned without
         /// calling a `baseOperationEnded` method.
         public static let synchronousAttemptDidNotEnd = Code(rawValue: "synchronousAttemptDidNotEnd")
+        /// An attempt ran longer than ``RetryPolicy/attemptTimeout`` and was abandoned. It is
+        /// the error of a counted retry, so it reaches an outcome as the
+        /// ``RetryingOperationError/underlyingError`` of
+        /// ``Code-swift.struct/retryLimitReached`` when the policy allows no more retries.
+        public static let attemptTimedOut = Code(rawValue: "attemptTimedOut")
+        /// The operation's ``RetryingOperation/expirationDate`` passed before it succeeded:
+        /// no attempt starts after it.
+        public static let expired = Code(rawValue: "expired")
 
         public var description: String { rawValue }
     }
