@@ -54,18 +54,38 @@ public struct EnqueueOptions: Sendable, Hashable {
     public var uniqueKey: String?
     /// What happens when ``uniqueKey`` is already taken. Default: ``UniqueKeyPolicy/keepExisting``.
     public var ifUniqueKeyExists: UniqueKeyPolicy
+    /// No attempt starts at or after this date. Default: `nil` (never expires).
+    ///
+    /// Saved with the record. An operation still pending at the date — scheduled, waiting for
+    /// a slot, for its prerequisites or for a retry — ends failed: its record moves to the
+    /// failed area with an "expired" reason (a `RetryingOperationError` with code
+    /// `expired`), and its dependents fail with it.
+    /// ``PersistentOperationQueue/restore()`` does the same to records that expired while the
+    /// app was not running (``RestoreReport/expired``). An attempt already running at the date
+    /// may finish; a `RetryingOperation` does not retry after it. The operation's own
+    /// `RetryingOperation.expirationDate`, when set, is saved too (the earlier date wins).
+    /// Dates are read from the queue's clock (``PersistentOperationQueue/Configuration/scheduler``).
+    ///
+    /// ```swift
+    /// // A reminder that is worthless after tonight.
+    /// try queue.addOperation(SendReminder(payload: reminder),
+    ///                        options: EnqueueOptions(expirationDate: tonight))
+    /// ```
+    public var expirationDate: Date?
 
     /// Creates options; every parameter defaults to "no constraint".
     public init(
         notBefore: Date? = nil,
         tags: Set<String> = [],
         uniqueKey: String? = nil,
-        ifUniqueKeyExists: UniqueKeyPolicy = .keepExisting
+        ifUniqueKeyExists: UniqueKeyPolicy = .keepExisting,
+        expirationDate: Date? = nil
     ) {
         self.notBefore = notBefore
         self.tags = tags
         self.uniqueKey = uniqueKey
         self.ifUniqueKeyExists = ifUniqueKeyExists
+        self.expirationDate = expirationDate
     }
 }
 

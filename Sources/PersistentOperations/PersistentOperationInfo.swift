@@ -42,6 +42,8 @@ public struct PersistentOperationInfo: Sendable {
     public var enqueuedAt: Date
     /// The not-before date it was added with.
     public var notBefore: Date?
+    /// No attempt starts at or after this date (``EnqueueOptions/expirationDate``).
+    public var expirationDate: Date? = nil
     /// Counted retries saved so far.
     public var numberOfRetries: Int
     /// Attempts started so far, across launches: the running one, and any that were in

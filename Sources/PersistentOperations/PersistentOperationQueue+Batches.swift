@@ -91,7 +91,7 @@ extension PersistentOperationQueue {
         for (index, operation) in operations.enumerated() {
             records.append(makeRecord(
                 id: ids[index], typeIdentifier: Self.persistenceIdentifier(of: operation), payload: payloads[index],
-                priority: operation.queuePriority, options: options, prerequisites: resolved[index].ids, batchID: batchID
+                operation: operation, options: options, prerequisites: resolved[index].ids, batchID: batchID
             ))
         }
         if let batchID {

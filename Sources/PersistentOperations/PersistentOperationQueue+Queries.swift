@@ -112,7 +112,7 @@ extension PersistentOperationQueue {
                 // A restored operation not built yet is built now; one that cannot be is
                 // quarantined and left out.
                 guard let operation = entry.operation ?? operation(for: record.id) else { return nil }
-                return PersistentOperationInfo(
+                var info = PersistentOperationInfo(
                     id: PersistentOperationID(record: record.id),
                     typeIdentifier: record.typeIdentifier,
                     operation: operation,
@@ -129,6 +129,8 @@ extension PersistentOperationQueue {
                     unfinishedPrerequisites: graph[record.id]?.unfinished ?? [],
                     dependents: graph[record.id]?.dependents ?? []
                 )
+                info.expirationDate = record.expiresAt
+                return info
             }
     }
 

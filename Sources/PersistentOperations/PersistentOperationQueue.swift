@@ -334,7 +334,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     ) throws -> PersistentOperationID {
         let record = makeRecord(
             id: UUID().uuidString, typeIdentifier: Op.persistenceIdentifier, payload: payload,
-            priority: operation.queuePriority, options: options, prerequisites: prerequisites.ids
+            operation: operation, options: options, prerequisites: prerequisites.ids
         )
         try store.add(record)
         hub.emit(.enqueued(PersistentOperationID(record: record.id), typeIdentifier: record.typeIdentifier))
@@ -342,22 +342,26 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         return PersistentOperationID(record: record.id)
     }
 
+    /// The record of a new operation. Its expiration date is the earlier of the options' and
+    /// the operation's own (``RetryingOperation/expirationDate``), so either is saved.
     func makeRecord(
-        id: String, typeIdentifier: String, payload: Data, priority: Operation.QueuePriority,
+        id: String, typeIdentifier: String, payload: Data, operation: Operation,
         options: EnqueueOptions, prerequisites: [String], batchID: String? = nil
     ) -> OperationRecord {
-        OperationRecord(
+        let expirations = [options.expirationDate, (operation as? RetryingOperation)?.expirationDate].compactMap { $0 }
+        return OperationRecord(
             id: id,
             typeIdentifier: typeIdentifier,
             payload: payload,
-            priority: priority.rawValue,
+            priority: operation.queuePriority.rawValue,
             enqueueSequence: store.nextEnqueueSequence(),
             enqueuedAt: timer.now,
             notBefore: options.notBefore,
             tags: options.tags.sorted(),
             uniqueKey: options.uniqueKey,
             prerequisites: prerequisites,
-            batchID: batchID
+            batchID: batchID,
+            expiresAt: expirations.min()
         )
     }
 

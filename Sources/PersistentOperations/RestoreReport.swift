@@ -28,6 +28,9 @@ public struct RestoreReport: Sendable, Hashable {
     /// was the only one in flight; they were moved to the failed area instead of run again.
     /// The failed record's reason says how many crashes were attributed to it.
     public var movedToFailedAfterCrashes: [PersistentOperationID] = []
+    /// Records whose expiration date (``EnqueueOptions/expirationDate``) passed before they
+    /// could start: moved to the failed area, reason "expired"; their dependents fail with them.
+    public var expired: [PersistentOperationID] = []
     /// Entries that were corrupt, truncated, oversized, not regular files, or whose payload
     /// did not decode; they were moved to the quarantine area.
     public var quarantined: [Entry] = []

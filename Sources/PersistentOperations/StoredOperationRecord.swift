@@ -42,6 +42,8 @@ public struct StoredOperationRecord: Sendable, Hashable {
     public var enqueuedAt: Date
     /// The not-before date it was added with.
     public var notBefore: Date?
+    /// No attempt starts at or after this date (``EnqueueOptions/expirationDate``).
+    public var expirationDate: Date? = nil
     /// When the next attempt is due, after a retry was scheduled.
     public var nextAttemptAt: Date?
     /// The tags it was added with.
@@ -142,6 +144,7 @@ extension StoredOperationRecord {
             failedPrerequisite: record.failedPrerequisite.map(PersistentOperationID.init(record:)),
             payload: record.payload
         )
+        expirationDate = record.expiresAt
         if let evidence {
             crashes = evidence.crashes
             runsAlone = evidence.runsAlone

@@ -78,6 +78,7 @@ enum RecordPresentation {
             ("enqueueSequence", .unsignedInteger(record.enqueueSequence)),
             ("enqueuedAt", json(record.enqueuedAt)),
             ("notBefore", json(record.notBefore)),
+            ("expiresAt", json(record.expirationDate)),
             ("tags", .array(record.tags.sorted().map { .string($0) })),
             ("uniqueKey", .string(record.uniqueKey)),
             ("retries", .integer(Int64(record.numberOfRetries))),

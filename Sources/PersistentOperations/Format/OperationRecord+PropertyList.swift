@@ -26,11 +26,14 @@ extension OperationRecord {
             entries["batchID"] = batchID.map { .string($0) }
             entries["failedPrerequisite"] = failedPrerequisite.map { .string($0) }
         }
+        if formatVersion >= 3 {
+            entries["expiresAt"] = expiresAt.map { .date($0) }
+        }
         return .dictionary(entries)
     }
 
     /// Reads a record from a verified property-list body of format `headerVersion`; unknown
-    /// keys are ignored, and so are version 2 keys in a version 1 body.
+    /// keys are ignored, and so are the keys of a later version in an earlier version's body.
     ///
     /// - Throws: ``PersistenceError/Code/corruptRecord`` naming the first missing or
     ///   mistyped field.
@@ -77,6 +80,7 @@ extension OperationRecord {
             batchID = try optionalIdentifier("batchID")
             failedPrerequisite = try optionalIdentifier("failedPrerequisite")
         }
+        let expiresAt = formatVersion >= 3 ? try optional("expiresAt", \.dateValue) : nil
         self.init(
             id: id,
             typeIdentifier: try required("typeIdentifier", \.stringValue),
@@ -95,7 +99,8 @@ extension OperationRecord {
             failureReason: try optional("failureReason", \.stringValue),
             prerequisites: prerequisites,
             batchID: batchID,
-            failedPrerequisite: failedPrerequisite
+            failedPrerequisite: failedPrerequisite,
+            expiresAt: expiresAt
         )
         self.formatVersion = formatVersion
     }

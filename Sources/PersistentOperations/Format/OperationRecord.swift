@@ -44,9 +44,20 @@ import Foundation
 /// A record is written in the lowest version that holds it: version 1 unless one of these
 /// fields is set, so that a reader of version 1 (which would ignore them, and run a dependent
 /// too early) never sees a record that needs them.
+///
+/// ## Format version 3
+///
+/// Version 3 adds deadlines. Its keys are those of version 2 and:
+///
+/// | Key | Type | Meaning |
+/// |---|---|---|
+/// | `expiresAt` | date? | No attempt starts at or after this date; the record then fails as expired. |
+///
+/// A record with an expiration date is written in version 3, so that an older reader (which
+/// would run it after it expired) leaves it alone as a newer format.
 package struct OperationRecord: Codable, Sendable, Equatable {
     /// The newest record format version this library writes and reads.
-    package static let currentFormatVersion = 2
+    package static let currentFormatVersion = 3
     /// The format versions this library reads.
     package static let readableFormatVersions = 1...currentFormatVersion
 
@@ -91,6 +102,8 @@ package struct OperationRecord: Codable, Sendable, Equatable {
     package var batchID: String?
     /// In the failed area: the prerequisite whose failure failed this record (version 2).
     package var failedPrerequisite: String?
+    /// No attempt starts at or after this date (version 3).
+    package var expiresAt: Date?
 
     /// Creates a record of format ``currentFormatVersion`` with a fresh identifier.
     package init(
@@ -111,7 +124,8 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         failureReason: String? = nil,
         prerequisites: [String] = [],
         batchID: String? = nil,
-        failedPrerequisite: String? = nil
+        failedPrerequisite: String? = nil,
+        expiresAt: Date? = nil
     ) {
         self.formatVersion = 1
         self.id = id
@@ -132,13 +146,14 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         self.prerequisites = prerequisites
         self.batchID = batchID
         self.failedPrerequisite = failedPrerequisite
+        self.expiresAt = expiresAt
         self.formatVersion = requiredFormatVersion
     }
 
     private enum CodingKeys: String, CodingKey {
         case formatVersion, id, typeIdentifier, payload, priority, enqueueSequence, enqueuedAt, notBefore, tags
         case uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription
-        case failureReason, prerequisites, batchID, failedPrerequisite
+        case failureReason, prerequisites, batchID, failedPrerequisite, expiresAt
     }
 
     /// Decodes a record body with any `Decoder` (Foundation's property-list decoder reads one);
@@ -163,7 +178,8 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             failureReason: try container.decodeIfPresent(String.self, forKey: .failureReason),
             prerequisites: try container.decodeIfPresent([String].self, forKey: .prerequisites) ?? [],
             batchID: try container.decodeIfPresent(String.self, forKey: .batchID),
-            failedPrerequisite: try container.decodeIfPresent(String.self, forKey: .failedPrerequisite)
+            failedPrerequisite: try container.decodeIfPresent(String.self, forKey: .failedPrerequisite),
+            expiresAt: try container.decodeIfPresent(Date.self, forKey: .expiresAt)
         )
         formatVersion = try container.decode(Int.self, forKey: .formatVersion)
     }
@@ -179,12 +195,20 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             && lhs.attemptsInFlight == rhs.attemptsInFlight && lhs.lastErrorDescription == rhs.lastErrorDescription
             && lhs.failureReason == rhs.failureReason && lhs.prerequisites == rhs.prerequisites
             && lhs.batchID == rhs.batchID && lhs.failedPrerequisite == rhs.failedPrerequisite
+            && lhs.expiresAt == rhs.expiresAt
     }
 
-    /// The lowest format version that holds every field of the record: 2 when it has
-    /// prerequisites, a batch or a failed prerequisite, 1 otherwise.
+    /// The lowest format version that holds every field of the record: 3 when it has an
+    /// expiration date, 2 when it has prerequisites, a batch or a failed prerequisite, 1
+    /// otherwise.
     package var requiredFormatVersion: Int {
-        prerequisites.isEmpty && batchID == nil && failedPrerequisite == nil ? 1 : 2
+        if expiresAt != nil { return 3 }
+        return prerequisites.isEmpty && batchID == nil && failedPrerequisite == nil ? 1 : 2
+    }
+
+    /// Whether the record's expiration date is at or before `now`.
+    package func hasExpired(at now: Date) -> Bool {
+        expiresAt.map { $0 <= now } ?? false
     }
 
     /// When the operation may next start: the later of its not-before and next-attempt

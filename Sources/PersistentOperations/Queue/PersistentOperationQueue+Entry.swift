@@ -75,6 +75,11 @@ extension PersistentOperationQueue {
         /// it has finished, because Foundation's `Operation` keeps only an unretained reference
         /// to them and touches it when this one finishes.
         var heldDependents: [Operation] = []
+        /// The timer of the record's expiration date, while the operation has not started.
+        var expiryTimer: DueTimer.Token?
+        /// Set when the operation is finished because it expired before it started: its end,
+        /// however the operation reports it, is this failure (see `+Deadlines`).
+        var expiry: RetryingOperationError?
 
         /// The state reported to users: a due retry queued for a slot still counts as
         /// waiting to retry.

@@ -8,7 +8,13 @@ extension PersistentOperationQueue {
     /// Removes or moves the record of a finished operation, then forgets it; a failure or a
     /// cancellation takes the operation's dependents with it (see `+Graph`).
     func operationFinished(_ id: String, outcome: RetryingOperation.Outcome) {
-        guard let (record, isSettled) = state.withLock({ state in state.entries[id].map { ($0.record, $0.isRecordSettled) } }) else { return }
+        guard let (record, isSettled, expiry) = state.withLock({ state in state.entries[id].map { ($0.record, $0.isRecordSettled, $0.expiry) } }) else { return }
+        var outcome = outcome
+        if let expiry, !outcome.isSuccess {
+            // Finished because it expired before it started (a plain operation is cancelled
+            // and started to finish): it fails as expired.
+            outcome = .failed(expiry)
+        }
         if isSettled {
             // Abandoned with a prerequisite: its record was dealt with then.
             forget(id)
@@ -95,6 +101,7 @@ extension PersistentOperationQueue {
             case .scheduled(let token): token?.cancel()
             case .ready, .waitingToRetry, .blocked: break
             }
+            entry.expiryTimer?.cancel()
             for dependent in state.dependents.removeValue(forKey: id) ?? [] {
                 // Only a success leaves dependents here (a failure or cancellation took them).
                 guard var waiting = state.entries[dependent], waiting.ending == nil, case .blocked = waiting.phase else { continue }

@@ -56,6 +56,7 @@ extension PersistentOperationQueue {
         var referencedBatches: Set<String> = []
         let markersLeft = store.attemptMarkers()
         var report = RestoreReport()
+        let now = timer.now
         let (tracked, newestTrackedByKey) = state.withLock { state in
             // The stored records become entries: the table of their keys that adds before a
             // restore read (see `+StoredKeys`) is dropped, and read again if this restore
@@ -105,7 +106,7 @@ extension PersistentOperationQueue {
             if record.uniqueKey != nil {
                 keyed.append(record)
             } else {
-                admitRestored(record, suspect: suspects[record.id], into: &restored, report: &report)
+                admitRestored(record, suspect: suspects[record.id], now: now, into: &restored, report: &report)
             }
         }
         for entry in loaded.quarantined {
@@ -129,7 +130,7 @@ extension PersistentOperationQueue {
                 replaced.append(record.id)
                 continue
             }
-            admitRestored(record, suspect: suspects[record.id], into: &restored, report: &report)
+            admitRestored(record, suspect: suspects[record.id], now: now, into: &restored, report: &report)
         }
         keyed = []
         for id in suspects.keys where !pendingIDs.contains(id) {
@@ -182,6 +183,7 @@ extension PersistentOperationQueue {
         state.withLock { $0.hasRestored = true }
         for (record, ended) in zip(restored, ended) {
             scheduleLinked(record.id, due: record.due, ended: ended)
+            if let expiresAt = record.expiresAt { armExpiry(of: record.id, at: expiresAt) }
         }
         log(.info, "restored \(report.restored.count) operations; \(report.quarantined.count) quarantined, \(report.unknownTypes.count) of unknown types, \(report.movedToFailedAfterCrashes.count) moved to failed after crashes")
         return report
@@ -196,6 +198,7 @@ extension PersistentOperationQueue {
         var prerequisites: [String]
         var crashes = 0
         var runsAlone = false
+        var expiresAt: Date?
     }
 
     /// Removes a record of a batch whose commit marker does not exist.
@@ -212,7 +215,7 @@ extension PersistentOperationQueue {
     /// Tracks one restored record, unless it crash-looped (moved to the failed area) or
     /// cannot be rebuilt (reported); the payload is decoded to check it, but the operation is
     /// built only when its first attempt starts.
-    private func admitRestored(_ record: OperationRecord, suspect: CrashSuspect?, into restored: inout [RestoredRecord], report: inout RestoreReport) {
+    private func admitRestored(_ record: OperationRecord, suspect: CrashSuspect?, now: Date, into restored: inout [RestoredRecord], report: inout RestoreReport) {
         let id = PersistentOperationID(record: record.id)
         if let suspect, suspect.crashes >= configuration.crashLoopLimit {
             let reason = "it crashed the process \(suspect.crashes) times while its attempt ran alone (crash-loop limit \(configuration.crashLoopLimit))"
@@ -228,11 +231,29 @@ extension PersistentOperationQueue {
             }
             return
         }
+        if let expiresAt = record.expiresAt, expiresAt <= now {
+            // Expired while the app was not running: it fails, and its dependents with it
+            // (`settlePrerequisites` finds it in the failed area).
+            let reason = String(describing: Self.expiredError(at: expiresAt))
+            do {
+                var failed = record
+                failed.lastErrorDescription = reason
+                failed.attemptsInFlight = suspect?.interruptedAttempts ?? 0
+                _ = try store.moveToFailed(failed, reason: reason)
+                if suspect != nil { store.clearSuspect(forRecord: record.id) }
+                report.expired.append(id)
+                hub.emit(.failed(id, reason: reason))
+            } catch {
+                reportStoreError(record.id, "could not move an expired record to the failed area; it was not run: \(error)")
+            }
+            return
+        }
         guard isRebuildable(record, report: &report) else { return }
         trackRestored(record, suspect: suspect)
         restored.append(RestoredRecord(
             id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate,
-            prerequisites: record.prerequisites, crashes: suspect?.crashes ?? 0, runsAlone: suspect?.runsAlone ?? false
+            prerequisites: record.prerequisites, crashes: suspect?.crashes ?? 0, runsAlone: suspect?.runsAlone ?? false,
+            expiresAt: record.expiresAt
         ))
     }
 

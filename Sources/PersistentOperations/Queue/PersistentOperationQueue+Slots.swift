@@ -83,7 +83,7 @@ extension PersistentOperationQueue {
     }
 
     private func slotDidStart(_ slot: AttemptSlot) {
-        enum Action { case release, start(Operation?), admit(@Sendable () -> Void) }
+        enum Action { case release, start(Operation?, expiresAt: Date?), admit(@Sendable () -> Void) }
         let action = state.withLock { state -> Action in
             guard var entry = state.entries[slot.recordID], case .queued(let queued) = entry.phase, queued === slot else {
                 return .release
@@ -97,7 +97,7 @@ extension PersistentOperationQueue {
             entry.phase = .running(slot)
             if !entry.hasStarted {
                 entry.hasStarted = true
-                return .start(entry.operation)
+                return .start(entry.operation, expiresAt: entry.record.expiresAt)
             }
             if let admit = entry.pendingAdmission {
                 entry.pendingAdmission = nil
@@ -108,7 +108,16 @@ extension PersistentOperationQueue {
         switch action {
         case .release:
             slot.release()
-        case .start(let existing):
+        case .start(let existing, let expiresAt):
+            if let expiresAt, let expired = expiryBeforeFirstAttempt(of: slot.recordID, expiresAt: expiresAt) {
+                // Due after its expiration date (its timer has not fired yet): no attempt.
+                if let existing {
+                    finishWithoutAttempt(existing, failingWith: expired)
+                } else {
+                    operationFinished(slot.recordID, outcome: .failed(expired))
+                }
+                return
+            }
             guard let operation = existing ?? operation(for: slot.recordID) else { return }
             if existing == nil, state.withLock({ $0.entries[slot.recordID]?.isCancelRequested == true }) {
                 // Cancelled while it was being built: it starts only to finish, cancelled.

@@ -11,7 +11,7 @@ extension PersistentOperationQueue {
     /// An add whose operations have prerequisites calls this with `graphLock` held.
     func track(_ added: [(operation: Operation, record: OperationRecord, liveIDs: [String])]) {
         for item in added {
-            attach(item.operation, id: item.record.id)
+            attach(item.operation, id: item.record.id, expiresAt: item.record.expiresAt)
         }
         let ended = state.withLock { state -> [(id: String, ending: Entry.Ending)?] in
             for item in added {
@@ -23,6 +23,7 @@ extension PersistentOperationQueue {
         }
         for (item, ended) in zip(added, ended) {
             scheduleLinked(item.record.id, due: item.record.dueDate, ended: ended)
+            if let expiresAt = item.record.expiresAt { armExpiry(of: item.record.id, at: expiresAt) }
         }
     }
 
@@ -51,8 +52,9 @@ extension PersistentOperationQueue {
 
     /// Connects an operation to the queue: its retries report here and wait in the queue's
     /// timer; a plain operation reports its end through its completion block.
-    private func attach(_ operation: Operation, id: String) {
+    private func attach(_ operation: Operation, id: String, expiresAt: Date? = nil) {
         if let retrying = operation as? RetryingOperation {
+            if let expiresAt { retrying.expirationDate = expiresAt }
             retrying.driver = OperationTracker(recordID: id, queue: self)
             if retrying.retryScheduler is DispatchRetryScheduler {
                 retrying.retryScheduler = timer
@@ -117,6 +119,7 @@ extension PersistentOperationQueue {
         }
         built.queuePriority = Operation.QueuePriority(rawValue: record.priority) ?? .normal
         if let retrying = built as? RetryingOperation {
+            retrying.expirationDate = record.expiresAt
             // Only restored and re-queued entries are built here (added operations come
             // built), and before their first attempt, so the record (whose attempts include
             // those in flight at the crash) is still as the restore or the requeue left it.

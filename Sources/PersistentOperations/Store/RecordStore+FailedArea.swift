@@ -6,7 +6,8 @@ extension RecordStore {
     ///
     /// The record keeps its identifier, payload, priority, enqueue sequence, tags and attempt
     /// count and prerequisites; its failure reason, failed prerequisite, retry count,
-    /// next-attempt date and in-flight count are reset.
+    /// next-attempt date and in-flight count are reset, and its expiration date is dropped (a
+    /// re-queue is a request to run it, and an expired record would fail again at once).
     /// It is rewritten in the failed area first and then renamed, so a crash in between leaves
     /// a failed record without a reason, which the next ``loadFailed()`` moves on.
     ///
@@ -26,6 +27,7 @@ extension RecordStore {
         record.numberOfRetries = 0
         record.nextAttemptAt = nil
         record.attemptsInFlight = 0
+        record.expiresAt = nil
         let bytes = try RecordFormat.encode(record, maximumSize: configuration.maximumRecordSize)
         try writeDurably(bytes, to: path, area: .failed)
         try move(id, from: .failed, to: .pending)

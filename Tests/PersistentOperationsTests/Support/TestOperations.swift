@@ -32,6 +32,9 @@ struct UploadPayload: Codable, Sendable, Equatable {
     var journal: String
     var steps: [UploadStep] = [.succeed]
     var retryDelay: TimeInterval = 10
+    /// When set, the operation's retry policy has this attempt timeout (and retries after
+    /// `retryDelay`, at most five times).
+    var attemptTimeout: TimeInterval?
 }
 
 struct UploadFailed: Error, CustomStringConvertible {
@@ -47,6 +50,9 @@ final class ScriptedUpload: RetryingOperation, PersistentOperation, @unchecked S
     init(payload: UploadPayload) {
         self.payload = payload
         super.init()
+        if let timeout = payload.attemptTimeout {
+            retryPolicy = RetryPolicy(retryLimit: .maximum(5), backoff: .constant(payload.retryDelay), jitter: .none, attemptTimeout: timeout)
+        }
     }
 
     override var isAsynchronous: Bool { true }

@@ -1,0 +1,93 @@
+import Foundation
+
+// Expiration dates: a stored operation whose record has an expiration date and that has not
+// started by then ends failed ("expired"), wherever it waits — in the timer, for a slot, for its
+// prerequisites. One timer entry per expiring record (in the queue's `DueTimer`), armed once the
+// entry is scheduled and cancelled when it is forgotten; the first attempt's slot checks the
+// date too, so a slot that starts late never runs an expired operation. Once started, a
+// `RetryingOperation` enforces the date itself (its `expirationDate` is the record's): no retry
+// after it. `restore()` fails the records that expired while the app was not running.
+
+extension PersistentOperationQueue {
+    /// The failure of an operation that expired at `date`.
+    static func expiredError(at date: Date) -> RetryingOperationError {
+        RetryingOperationError(code: .expired, message: "the operation expired at \(date) before it succeeded")
+    }
+
+    /// Arms the expiration timer of a tracked, scheduled entry whose record expires.
+    func armExpiry(of id: String, at date: Date) {
+        let token = timer.schedule(at: date) { [weak self] in self?.expire(id) }
+        let isStale = state.withLock { state -> Bool in
+            guard var entry = state.entries[id], !entry.hasStarted, entry.ending == nil else { return true }
+            entry.expiryTimer = token
+            state.entries[id] = entry
+            return false
+        }
+        if isStale { token.cancel() }
+    }
+
+    /// The expiration timer of `id` fired: an operation that has not started finishes failed.
+    func expire(_ id: String) {
+        let now = timer.now
+        enum Action {
+            case finishUnbuilt(RetryingOperationError)
+            case finish(Operation, RetryingOperationError, token: DueTimer.Token?, slot: AttemptSlot?)
+        }
+        let action = state.withLock { state -> Action? in
+            guard var entry = state.entries[id], entry.ending == nil, !entry.hasStarted,
+                  let date = entry.record.expiresAt, date <= now else { return nil }
+            defer { state.entries[id] = entry }
+            let error = Self.expiredError(at: date)
+            entry.hasStarted = true
+            entry.expiry = error
+            entry.expiryTimer = nil
+            var token: DueTimer.Token?
+            var slot: AttemptSlot?
+            switch entry.phase {
+            case .scheduled(let scheduled): token = scheduled
+            case .queued(let queued): slot = queued
+            case .ready, .blocked, .running, .waitingToRetry: break   // `ready` skips an entry no longer ready
+            }
+            entry.phase = .running(nil)
+            guard let operation = entry.operation else { return .finishUnbuilt(error) }
+            return .finish(operation, error, token: token, slot: slot)
+        }
+        switch action {
+        case nil:
+            return
+        case .finishUnbuilt(let error):
+            log(.info, "\(id): expired before it started")
+            operationFinished(id, outcome: .failed(error))
+        case .finish(let operation, let error, let token, let slot):
+            log(.info, "\(id): expired before it started")
+            token?.cancel()
+            slot?.cancel()
+            finishWithoutAttempt(operation, failingWith: error)
+        }
+    }
+
+    /// Starts a live operation only so that it finishes, failed with `error`, without an
+    /// attempt: a `RetryingOperation` fails with it; any other operation is cancelled, and its
+    /// end is taken as that failure (the entry's `expiry`).
+    func finishWithoutAttempt(_ operation: Operation, failingWith error: any Error) {
+        if let retrying = operation as? RetryingOperation {
+            retrying.failWhenStarted(with: error)
+        } else {
+            operation.cancel()
+        }
+        DispatchQueue.global().async { operation.start() }
+    }
+
+    /// Called by a first attempt's slot as it starts, outside the lock: whether the record
+    /// has expired, in which case the entry is marked and the caller finishes it instead of
+    /// starting an attempt.
+    func expiryBeforeFirstAttempt(of id: String, expiresAt: Date) -> RetryingOperationError? {
+        guard timer.now >= expiresAt else { return nil }
+        let error = Self.expiredError(at: expiresAt)
+        state.withLock { state in
+            state.entries[id]?.expiry = error
+            state.entries[id]?.expiryTimer = nil
+        }
+        return error
+    }
+}

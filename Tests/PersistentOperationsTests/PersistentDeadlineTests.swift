@@ -1,0 +1,190 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+/// Waits (polling every millisecond, up to ten seconds) until `condition` holds.
+private func eventually(_ condition: () throws -> Bool) async throws -> Bool {
+    let deadline = Date().addingTimeInterval(10)
+    while Date() < deadline {
+        if try condition() { return true }
+        try await Task.sleep(for: .milliseconds(1))
+    }
+    return try condition()
+}
+
+@Suite("Persistent queue: attempt timeouts and expiration dates", .timeLimit(.minutes(1)))
+struct PersistentDeadlineTests {
+    @Test func aHungAttemptTimesOutFreesItsSlotAndRetriesWithItsRecordUpdated() async throws {
+        // Given a one-slot queue: an upload whose first attempt never ends (timeout 30 s, retry
+        // after 5 s), then an ordinary one
+        let fixture = try QueueFixture(maxConcurrent: 1)
+        var payload = UploadPayload(name: "hung", journal: fixture.journal, steps: [.hang, .succeed], retryDelay: 5)
+        payload.attemptTimeout = 30
+        let hung = ScriptedUpload(payload: payload)
+        try fixture.queue.addOperation(hung)
+        try fixture.queue.addOperation(fixture.upload("next"))
+        #expect(try await eventually { fixture.lines == ["hung#1 retry=false retries=0"] })
+
+        // When the attempt runs past its timeout
+        fixture.clock.advance(by: 30)
+
+        // Then the record holds a counted retry with the timeout as its error, and the slot
+        // went to the next upload
+        #expect(try await eventually { fixture.lines.contains("next#1 retry=false retries=0") })
+        #expect(try await eventually { try fixture.pendingRecords().count == 1 })
+        let record = try #require(try fixture.pendingRecords().first)
+        #expect(record.numberOfRetries == 1)
+        #expect(record.lastErrorDescription?.contains("attemptTimedOut") == true)
+        #expect(record.nextAttemptAt == fixture.clock.now.addingTimeInterval(5))
+
+        // And the retry runs when due and succeeds
+        fixture.clock.advance(by: 5)
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines.last == "hung#2 retry=true retries=1")
+        #expect(hung.outcome?.isSuccess == true)
+        #expect(try fixture.pendingRecords().isEmpty && fixture.failedRecords().isEmpty)
+    }
+
+    @Test func anOperationStillScheduledAtItsExpirationMovesToTheFailedAreaAsExpired() async throws {
+        // Given an upload not due for 100 s that expires in 50 s
+        let fixture = try QueueFixture()
+        let expiry = fixture.clock.now.addingTimeInterval(50)
+        let result = try fixture.queue.addOperation(
+            fixture.upload("late"),
+            options: EnqueueOptions(notBefore: fixture.clock.now.addingTimeInterval(100), expirationDate: expiry)
+        )
+        // Its record holds the date, in format version 3
+        let stored = try #require(try fixture.pendingRecords().first)
+        #expect(stored.expiresAt == expiry)
+        #expect(stored.formatVersion == 3)
+        #expect(fixture.queue.operation(withID: result.id)?.expirationDate == expiry)
+
+        // When the date comes
+        fixture.clock.advance(by: 50)
+        await fixture.queue.allOperationsFinished()
+
+        // Then it never ran, and failed as expired
+        #expect(fixture.lines.isEmpty)
+        let failed = try #require(try fixture.failedRecords().first)
+        #expect(failed.failureReason?.contains("expired") == true)
+        #expect(try fixture.queue.failedOperations().map(\.id) == [result.id])
+        #expect(fixture.deliveredEvents().contains { if case .failed(result.id, let reason) = $0 { reason.contains("expired") } else { false } })
+    }
+
+    @Test func anOperationWaitingForItsPrerequisitesExpiresAndItsDependentsFailWithIt() async throws {
+        // Given a running upload that hangs, a dependent that expires in 10 s, and its own dependent
+        let fixture = try QueueFixture(maxConcurrent: 1)
+        let blocker = fixture.upload("blocker", [.hang])
+        let expiring = fixture.upload("expiring")
+        let last = fixture.upload("last")
+        expiring.addDependency(blocker)
+        last.addDependency(expiring)
+        var options = EnqueueOptions()
+        options.expirationDate = fixture.clock.now.addingTimeInterval(10)
+        try fixture.queue.addOperation(blocker)
+        let expiringID = try fixture.queue.addOperation(expiring, options: options).id
+        let lastID = try fixture.queue.addOperation(last, options: EnqueueOptions()).id
+        #expect(try await eventually { fixture.lines == ["blocker#1 retry=false retries=0"] })
+
+        // When the date comes while it waits
+        fixture.clock.advance(by: 10)
+
+        // Then it fails as expired (its live operation too), and its dependent fails naming it
+        #expect(try await eventually { try fixture.failedRecords().count == 2 })
+        #expect((expiring.outcome?.error as? RetryingOperationError)?.code == .expired)
+        let failed = try fixture.failedRecords()
+        #expect(failed.first { $0.id == expiringID.rawValue }?.failureReason?.contains("expired") == true)
+        #expect(failed.first { $0.id == lastID.rawValue }?.failedPrerequisite == expiringID.rawValue)
+        fixture.queue.cancelAllOperations()
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines == ["blocker#1 retry=false retries=0"])
+    }
+
+    @Test func anOperationWaitingToRetryExpiresWithoutAnotherAttempt() async throws {
+        let fixture = try QueueFixture()
+        let upload = fixture.upload("flaky", [.retry, .succeed], retryDelay: 100)
+        try fixture.queue.addOperation(upload, options: EnqueueOptions(expirationDate: fixture.clock.now.addingTimeInterval(10)))
+        #expect(try await eventually { try fixture.pendingRecords().first?.numberOfRetries == 1 })
+        fixture.clock.advance(by: 10)
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines == ["flaky#1 retry=false retries=0"])
+        #expect((upload.outcome?.error as? RetryingOperationError)?.code == .expired)
+        #expect(try fixture.failedRecords().first?.failureReason?.contains("expired") == true)
+    }
+
+    @Test func aPlainOperationQueuedBehindASuspendedQueueExpiresWithoutRunning() async throws {
+        let fixture = try QueueFixture(suspended: true)
+        let note = fixture.note("memo")
+        try fixture.queue.addOperation(note, options: EnqueueOptions(expirationDate: fixture.clock.now.addingTimeInterval(5)))
+        fixture.clock.advance(by: 5)
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines.isEmpty)
+        #expect(note.isFinished)
+        #expect(try fixture.failedRecords().first?.failureReason?.contains("expired") == true)
+    }
+
+    @Test func anOperationAddedAfterItsExpirationFailsWithoutAnAttempt() async throws {
+        // Its slot starts before its expiration timer fires: the slot checks the date
+        let fixture = try QueueFixture()
+        let upload = fixture.upload("stale")
+        let note = fixture.note("stale note")
+        let expired = EnqueueOptions(expirationDate: fixture.clock.now.addingTimeInterval(-1))
+        try fixture.queue.addOperation(upload, options: expired)
+        try fixture.queue.addOperation(note, options: expired)
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines.isEmpty)
+        #expect(upload.numberOfAttempts == 0)
+        #expect((upload.outcome?.error as? RetryingOperationError)?.code == .expired)
+        #expect(note.isFinished && note.isCancelled)   // a plain operation is finished by a cancel
+        let failed = try fixture.failedRecords()
+        #expect(failed.count == 2)
+        #expect(failed.allSatisfy { $0.failureReason?.contains("expired") == true })
+    }
+
+    @Test func theOperationsOwnExpirationDateIsSavedToo() async throws {
+        let fixture = try QueueFixture(suspended: true)
+        let upload = fixture.upload("own")
+        let date = fixture.clock.now.addingTimeInterval(60)
+        upload.expirationDate = date
+        try fixture.queue.addOperation(upload, options: EnqueueOptions(expirationDate: date.addingTimeInterval(60)))
+        #expect(try fixture.pendingRecords().first?.expiresAt == date)   // the earlier one
+    }
+
+    @Test func restoreFailsWhatExpiredWhileTheAppWasNotRunningAndAReQueueDropsTheDate() async throws {
+        // Given a store with an upload that expires in 10 s, a dependent of it, and one that
+        // does not expire, left by a launch that ended before any ran
+        let directory = try TemporaryDirectory()
+        let clock = ManualRetryScheduler()
+        let events = Locked<[PersistentOperationEvent]>([])
+        let journal = UUID().uuidString
+        func upload(_ name: String) -> ScriptedUpload {
+            ScriptedUpload(payload: UploadPayload(name: name, journal: journal))
+        }
+        var first: PersistentOperationQueue? = try QueueFixture.open(directory, clock: clock, suspended: true, events: events)
+        let expiring = upload("expiring")
+        expiring.expirationDate = clock.now.addingTimeInterval(10)
+        let dependent = upload("dependent")
+        dependent.addDependency(expiring)
+        let ids = try first!.addOperations([expiring, dependent, upload("keeper")])
+        first?.close()
+        first = nil
+
+        // When the next launch restores after the date passed
+        clock.advance(by: 11)
+        let queue = try QueueFixture.open(directory, clock: clock, events: events)
+        let report = try queue.restore()
+
+        // Then the expired one is reported and failed, its dependent failed with it, the other runs
+        #expect(report.expired == [ids[0]])
+        #expect(report.failedWithTheirPrerequisites == [ids[1]])
+        await queue.allOperationsFinished()
+        #expect(Journal.lines(journal) == ["keeper#1 retry=false retries=0"])
+        let failed = try queue.failedOperations()
+        #expect(Set(failed.map(\.id)) == [ids[0], ids[1]])
+
+        // And re-queueing it drops the date: it runs
+        try queue.retryFailedOperation(withID: ids[0])
+        await queue.allOperationsFinished()
+        #expect(Journal.lines(journal).contains("expiring#1 retry=false retries=0"))
+    }
+}
