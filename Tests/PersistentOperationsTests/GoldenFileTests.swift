@@ -74,6 +74,26 @@ struct GoldenFileTests {
         ),
     ]
 
+    /// The record the version 3 golden file was generated from: an expiring dependent.
+    static let version3Records: [String: OperationRecord] = [
+        "v3-expiring.record": OperationRecord(
+            id: "33333333-4444-4555-8666-777777777777",
+            typeIdentifier: "com.example.reminder",
+            payload: Data([0x62, 0x70, 0x6C, 0x69, 0x73, 0x74, 0x30, 0x30, 0x01]),
+            priority: 8,
+            enqueueSequence: 21,
+            enqueuedAt: Date(timeIntervalSinceReferenceDate: 760_000_002.5),
+            notBefore: Date(timeIntervalSinceReferenceDate: 760_000_600),
+            tags: ["reminders"],
+            numberOfRetries: 1,
+            numberOfAttempts: 2,
+            nextAttemptAt: Date(timeIntervalSinceReferenceDate: 760_000_030),
+            lastErrorDescription: "RetryingOperationError.attemptTimedOut: attempt 2 did not end within its timeout of 30.0 s",
+            prerequisites: ["6F1C2D3E-4A5B-4C6D-8E9F-0A1B2C3D4E5F"],
+            expiresAt: Date(timeIntervalSinceReferenceDate: 760_086_400.75)
+        ),
+    ]
+
     /// The payload the version 1 payload golden file holds.
     struct GoldenPayload: Codable, Equatable {
         var name: String
@@ -148,6 +168,28 @@ struct GoldenFileTests {
         #expect(try RecordFormat.encode(expected) == golden)
     }
 
+    @Test(arguments: version3Records.keys.sorted())
+    func aVersion3GoldenFileDecodesToItsRecordAndIsWrittenTheSame(name: String) throws {
+        let golden = try Data(contentsOf: try Self.fixtureURL(name))
+        let expected = try #require(Self.version3Records[name])
+        let record = try RecordFormat.decode(golden)
+        #expect(record.formatVersion == 3)
+        #expect(record.expiresAt == expected.expiresAt)
+        #expect(record.prerequisites == expected.prerequisites)
+        #expect(record == expected)
+        #expect(try RecordFormat.encode(expected) == golden)
+    }
+
+    @Test func onlyARecordWithAnExpirationDateIsWrittenAsVersion3() throws {
+        // A reader of version 2 would run an expired record: it must see a newer version.
+        var record = try #require(Self.version2Records["v2-dependent.record"])
+        #expect(try RecordFormat.encode(record)[9] == 2)
+        record.expiresAt = Date(timeIntervalSinceReferenceDate: 760_000_000)
+        let file = try RecordFormat.encode(record)
+        #expect(file[8] == 0 && file[9] == 3)
+        #expect(try RecordFormat.decode(file).expiresAt == record.expiresAt)
+    }
+
     @Test func aRecordWithoutGraphFieldsIsStillWrittenAsVersion1() throws {
         // A reader of version 1 can read whatever needs nothing newer.
         let record = try #require(Self.version1Records["v1-full.record"])
@@ -172,7 +214,9 @@ struct GoldenFileTests {
     @Test(.enabled(if: ProcessInfo.processInfo.environment["GENERATE_GOLDEN_FILES"] == "1"))
     func generateGoldenFiles() throws {
         let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures")
-        for (name, record) in Self.version1Records.merging(Self.version2Records, uniquingKeysWith: { first, _ in first }) {
+        let all = Self.version1Records.merging(Self.version2Records, uniquingKeysWith: { first, _ in first })
+            .merging(Self.version3Records, uniquingKeysWith: { first, _ in first })
+        for (name, record) in all {
             guard !FileManager.default.fileExists(atPath: fixtures.appendingPathComponent(name).path) else { continue }   // released files are frozen
             try RecordFormat.encode(record).write(to: fixtures.appendingPathComponent(name))
         }
