@@ -67,8 +67,8 @@ public struct EnqueueOptions: Sendable, Hashable {
     /// Dates are read from the queue's clock (``PersistentOperationQueue/Configuration/scheduler``).
     ///
     /// ```swift
-    /// // A reminder that is worthless after tonight.
-    /// try queue.addOperation(SendReminder(payload: reminder),
+    /// // A sync that is worthless after tonight.
+    /// try queue.addOperation(SyncOperation(payload: sync),
     ///                        options: EnqueueOptions(expirationDate: tonight))
     /// ```
     public var expirationDate: Date?

@@ -56,6 +56,7 @@ public protocol RetryableOperation: Operation {
 /// attempts count against the same limit.
 ///
 /// ```swift
+/// let wrapper = RetryableOperationWrapper(baseOperation: download, retryLimit: .maximum(3))
 /// wrapper.retryPolicy.attemptTimeout = 60
 /// ```
 public final class RetryableOperationWrapper<T: RetryableOperation>: RetryingOperation, @unchecked Sendable {

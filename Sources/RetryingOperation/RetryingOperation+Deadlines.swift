@@ -56,7 +56,7 @@ extension RetryingOperation {
     /// ```swift
     /// override func startBaseOperation(isRetry: Bool) {
     ///     let attempt = numberOfAttempts
-    ///     client.send(request) { result in
+    ///     uploader.upload(file) { result in
     ///         switch result {
     ///         case .success: self.baseOperationEnded(attempt: attempt, with: .succeeded)
     ///         case .failure(let error): self.baseOperationEnded(attempt: attempt, with: .retriableError(error))
@@ -93,9 +93,9 @@ extension RetryingOperation {
     /// operation fails as expired instead. Dates are read from ``retryScheduler``'s clock.
     ///
     /// ```swift
-    /// let report = ReportOperation(crash: log)
-    /// report.expirationDate = Date().addingTimeInterval(24 * 3600)   // worthless tomorrow
-    /// queue.addOperation(report)
+    /// let upload = UploadOperation(file: file)
+    /// upload.expirationDate = Date().addingTimeInterval(24 * 3600)   // worthless tomorrow
+    /// queue.addOperation(upload)
     /// ```
     public var expirationDate: Date? {
         get { machine.withLock { $0.expirationDate } }

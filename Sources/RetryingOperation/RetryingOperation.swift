@@ -133,7 +133,7 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     ///
     /// ```swift
     /// override func abandonBaseOperation(_ reason: AbandonReason) {
-    ///     request?.cancel()      // the next attempt sends a new request
+    ///     uploader.cancel(file)      // stop this attempt only: the next one uploads again
     /// }
     /// ```
     open func abandonBaseOperation(_ reason: AbandonReason) {

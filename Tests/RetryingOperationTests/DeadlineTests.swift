@@ -423,3 +423,75 @@ actor AsyncGate {
         await withCheckedContinuation { waiters.append($0) }
     }
 }
+
+/// A fetcher whose first `hangs` fetches never call back; later ones succeed.
+final class FakeFetcher: @unchecked Sendable {
+    // @unchecked: `calls` and `cancels` are only touched while `lock` is held.
+    private let lock = NSLock()
+    private var calls = 0
+    private(set) var cancels = 0
+    private let hangs: Int
+    init(hangs: Int) { self.hangs = hangs }
+
+    func fetch(completion: @escaping @Sendable (Result<Data, any Error>) -> Void) {
+        lock.lock()
+        calls += 1
+        let hangs = calls <= self.hangs
+        lock.unlock()
+        if !hangs { DispatchQueue.global().async { completion(.success(Data())) } }
+    }
+
+    func cancel() {
+        lock.lock()
+        cancels += 1
+        lock.unlock()
+    }
+}
+
+// snippet: attempt-timeout
+final class FetchOperation: RetryingOperation, @unchecked Sendable {
+    let fetcher: FakeFetcher
+
+    init(fetcher: FakeFetcher) {
+        self.fetcher = fetcher
+        super.init()
+        // A fetch that has not called back after 30 s is abandoned and retried 2 s later.
+        retryPolicy = RetryPolicy(retryLimit: .maximum(3), backoff: .constant(2), jitter: .none, attemptTimeout: 30)
+    }
+
+    override var isAsynchronous: Bool { true }
+
+    override func startBaseOperation(isRetry: Bool) {
+        let attempt = numberOfAttempts   // so that a late callback cannot end a later attempt
+        fetcher.fetch { result in
+            switch result {
+            case .success: self.baseOperationEnded(attempt: attempt, with: .succeeded)
+            case .failure(let error): self.baseOperationEnded(attempt: attempt, with: .retriableError(error))
+            }
+        }
+    }
+
+    // Called on cancel, and (through `abandonBaseOperation`) when an attempt times out.
+    override func cancelBaseOperation() { fetcher.cancel() }
+}
+// end snippet
+
+@Suite(.timeLimit(.minutes(1)))
+struct DeadlineDocumentationTests {
+    @Test func theReadmesFetchOperationRetriesAHungFetch() async {
+        let fetcher = FakeFetcher(hangs: 1)
+        let clock = ManualRetryScheduler()
+        // snippet: attempt-timeout-use
+        let fetch = FetchOperation(fetcher: fetcher)
+        fetch.retryScheduler = clock                                  // the test clock
+        fetch.expirationDate = clock.now.addingTimeInterval(3600)     // give up after an hour
+        fetch.start()
+        // end snippet
+        await clock.waitForScheduledRetries(count: 1)
+        clock.advance(by: 30)    // the first fetch never called back: abandoned
+        clock.advance(by: 2)     // the retry
+        #expect(await fetch.finalOutcome.isSuccess)
+        #expect(fetch.numberOfAttempts == 2)
+        #expect(fetcher.cancels == 1)
+    }
+}
