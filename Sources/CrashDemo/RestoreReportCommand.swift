@@ -8,7 +8,7 @@ import PersistentOperations
 ///     crash-demo restore-report --store DIR
 ///
 /// Output: `{"restored": [ID], "quarantined": [{"name", "reason"}], "newerFormatVersions":
-/// [{"name", "reason"}], "unknownTypes": [ID], "movedToFailedAfterCrashes": [ID]}`.
+/// [{"name", "reason"}], "unknownTypes": [ID], "movedToFailedAfterCrashes": [ID], "expired": [ID]}`.
 struct RestoreReportCommand {
     var store: URL
 
@@ -23,6 +23,7 @@ struct RestoreReportCommand {
         var newerFormatVersions: [Entry]
         var unknownTypes: [String]
         var movedToFailedAfterCrashes: [String]
+        var expired: [String]
     }
 
     func run() throws {
@@ -37,9 +38,37 @@ struct RestoreReportCommand {
             quarantined: report.quarantined.map { Output.Entry(name: $0.name, reason: $0.reason) },
             newerFormatVersions: report.newerFormatVersions.map { Output.Entry(name: $0.name, reason: $0.reason) },
             unknownTypes: report.unknownTypes.map(\.id.rawValue),
-            movedToFailedAfterCrashes: report.movedToFailedAfterCrashes.map(\.rawValue)
+            movedToFailedAfterCrashes: report.movedToFailedAfterCrashes.map(\.rawValue),
+            expired: report.expired.map(\.rawValue)
         )
         FileHandle.standardOutput.write(try JSONEncoder().encode(output))
         FileHandle.standardOutput.write(Data("\n".utf8))
+    }
+}
+
+/// Adds `count` uploads that expire `seconds` from now and `count` that do not, all due only
+/// in an hour, says so on standard output, then waits to be killed: a test then restores the
+/// store after the date (`restore-report`) in another process.
+///
+///     crash-demo add-expiring --store DIR --count N --expires-in SECONDS
+struct AddExpiringCommand {
+    var store: URL
+    var count: Int
+    var expiresIn: TimeInterval
+
+    func run() throws -> Never {
+        let operationQueue = OperationQueue()
+        operationQueue.isSuspended = true
+        let queue = try PersistentOperationQueue(directory: store, operationQueue: operationQueue)
+        queue.register(DemoUpload.self)
+        let now = Date()
+        for index in 0..<(2 * count) {
+            var options = EnqueueOptions(notBefore: now.addingTimeInterval(3600))
+            if index < count { options.expirationDate = now.addingTimeInterval(expiresIn) }
+            let job = UploadJob(index: index, behaviour: .succeeds, attemptMilliseconds: 1)
+            try queue.addOperation(DemoUpload(payload: job), options: options)
+        }
+        FileHandle.standardOutput.write(Data("added \(2 * count)\n".utf8))
+        while true { sleep(60) }
     }
 }

@@ -66,6 +66,12 @@ do {
     case "durability-probe":
         guard let store = option("--store") else { fail("usage: crash-demo durability-probe --store DIR") }
         try DurabilityProbeCommand(store: URL(fileURLWithPath: store)).run()
+    case "add-expiring":
+        guard let store = option("--store"), let count = option("--count").flatMap(Int.init),
+              let seconds = option("--expires-in").flatMap(TimeInterval.init) else {
+            fail("usage: crash-demo add-expiring --store DIR --count N --expires-in SECONDS")
+        }
+        try AddExpiringCommand(store: URL(fileURLWithPath: store), count: count, expiresIn: seconds).run()
     case "restore-report":
         guard let store = option("--store") else { fail("usage: crash-demo restore-report --store DIR") }
         try RestoreReportCommand(store: URL(fileURLWithPath: store)).run()

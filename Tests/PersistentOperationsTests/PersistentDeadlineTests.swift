@@ -188,3 +188,42 @@ struct PersistentDeadlineTests {
         #expect(Journal.lines(journal).contains("expiring#1 retry=false retries=0"))
     }
 }
+
+@Suite("Persistent queue: expiration across a restart (child processes)", .timeLimit(.minutes(2)))
+struct ExpirationAcrossRestartTests {
+    @Test func recordsThatExpireWhileTheAppIsKilledFailAtTheNextRestoreAndTheOthersStayPending() async throws {
+        // Given an app that stored 10 uploads expiring in 1 s and 10 that never expire (all due
+        // only in an hour), then was SIGKILLed
+        let directory = try TemporaryDirectory()
+        let outputPath = directory.url.appendingPathComponent("app-output.txt").path
+        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
+        let output = try #require(FileHandle(forWritingAtPath: outputPath))
+        let app = try ChildApp.launch(["add-expiring", "--store", directory.store.path, "--count", "10", "--expires-in", "1"], output: output)
+        let deadline = Date().addingTimeInterval(30)
+        while !(try String(contentsOfFile: outputPath, encoding: .utf8)).contains("added 20"), app.isRunning, Date() < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        let added = Date()
+        #expect(try String(contentsOfFile: outputPath, encoding: .utf8).contains("added 20"))
+        kill(app.processIdentifier, SIGKILL)
+        app.waitUntilExit()
+        #expect(try ReadOnlyPersistentStore(directory: directory.store).pendingRecords().records.filter { $0.expirationDate != nil }.count == 10)
+
+        // When the next launch restores after the date passed
+        try await Task.sleep(for: .seconds(max(0, 1.2 - Date().timeIntervalSince(added))))
+        let result = try await onDedicatedThread { try ChildApp.run("crash-demo", ["restore-report", "--store", directory.store.path]) }
+        #expect(result.status == 0, "\(result.error)")
+
+        // Then the 10 expiring ones were reported expired and moved to the failed area; the
+        // others are still pending, untouched
+        let report = try result.json()
+        #expect((report["expired"] as? [String])?.count == 10)
+        #expect((report["restored"] as? [String])?.count == 10)
+        let store = try ReadOnlyPersistentStore(directory: directory.store)
+        let failed = try store.failedRecords().records
+        #expect(failed.count == 10)
+        #expect(failed.allSatisfy { $0.failureReason?.contains("expired") == true && $0.expirationDate != nil })
+        let pending = try store.pendingRecords().records
+        #expect(pending.count == 10 && pending.allSatisfy { $0.expirationDate == nil && $0.numberOfAttempts == 0 })
+    }
+}

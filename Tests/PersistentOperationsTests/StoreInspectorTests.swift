@@ -31,6 +31,7 @@ struct StoreInspectorTests {
             first.numberOfRetries = 2
             first.numberOfAttempts = 3
             first.nextAttemptAt = Date(timeIntervalSinceReferenceDate: 800_000_000.25)
+            first.expiresAt = Date(timeIntervalSinceReferenceDate: 800_086_400.5)
             var second = try makeRecord(index: 2)
             second.typeIdentifier = "com.example.unregistered"
             second.payload = Data("bplist00 but not really".utf8)
@@ -127,6 +128,8 @@ struct StoreInspectorTests {
         let record = try shown.json()
         #expect(record["area"] as? String == "pending")
         #expect(record["enqueueSequence"] as? Int == 2)
+        #expect(record["expiresAt"] as? String == "2026-05-10T06:13:20.500Z")
+        #expect(record["formatVersion"] as? Int == 3)
         let payload = try #require(record["payload"] as? [String: Any])
         #expect(payload["url"] as? String == SamplePayload.example.url)
         #expect(payload["attempt"] as? Int == 1)
