@@ -108,6 +108,7 @@ private struct ManualObservation: RunConditionObservation {
 /// does — without polling.
 ///
 /// ```swift
+/// let online = ManualRunCondition(isSatisfied: false)   // set by your reachability code
 /// // Offline: wait for the network without spending a retry.
 /// baseOperationEnded(retryHelpers: [RunConditionRetryHelper(condition: online, retryingOperation: self)],
 ///                    countsTowardRetryLimit: false)
@@ -157,11 +158,8 @@ extension RetryingOperation {
 
 #if canImport(Network)
 /// A ``RunCondition`` that holds while the device has a usable network path, observed with
-/// `NWPathMonitor` (Apple platforms only).
-///
-/// ```swift
-/// let online = NetworkPathCondition()
-/// ```
+/// `NWPathMonitor` (Apple platforms only: `let online = NetworkPathCondition()`). It cannot be
+/// compiled on Linux, where the package is built and tested, so it is kept to these few lines.
 public final class NetworkPathCondition: RunCondition, @unchecked Sendable {
     // @unchecked: `monitor` is thread-safe; the rest is a `ManualRunCondition`.
     private let monitor: NWPathMonitor
