@@ -72,6 +72,23 @@ public struct EnqueueOptions: Sendable, Hashable {
     ///                        options: EnqueueOptions(expirationDate: tonight))
     /// ```
     public var expirationDate: Date?
+    /// Names of run conditions that must all hold before each attempt starts. Default: none.
+    ///
+    /// Saved with the record. Each name needs a provider registered with
+    /// ``PersistentOperationQueue/register(_:as:)`` before the add (otherwise the add throws
+    /// ``PersistenceError/Code/unknownCondition``). A due operation whose conditions do not all
+    /// hold waits without a slot, a timer or a retry spent, and without polling; when a
+    /// provider reports a change that makes them hold, the waiting operations start at once, in
+    /// priority then enqueue order. A running attempt is not interrupted when a condition stops
+    /// holding. After a restart, a record naming a condition no provider is registered for
+    /// waits (and is reported in ``RestoreReport/unknownConditions``) until one is.
+    ///
+    /// ```swift
+    /// queue.register(online, as: "network")
+    /// try queue.addOperation(UploadOperation(payload: upload),
+    ///                        options: EnqueueOptions(conditions: ["network"]))
+    /// ```
+    public var conditions: Set<String>
 
     /// Creates options; every parameter defaults to "no constraint".
     public init(
@@ -79,13 +96,15 @@ public struct EnqueueOptions: Sendable, Hashable {
         tags: Set<String> = [],
         uniqueKey: String? = nil,
         ifUniqueKeyExists: UniqueKeyPolicy = .keepExisting,
-        expirationDate: Date? = nil
+        expirationDate: Date? = nil,
+        conditions: Set<String> = []
     ) {
         self.notBefore = notBefore
         self.tags = tags
         self.uniqueKey = uniqueKey
         self.ifUniqueKeyExists = ifUniqueKeyExists
         self.expirationDate = expirationDate
+        self.conditions = conditions
     }
 }
 

@@ -60,6 +60,9 @@ public struct PersistenceError: Error, CustomStringConvertible, Sendable {
         /// run: the error of an add that names such a prerequisite, and the outcome of a
         /// dependent `RetryingOperation` whose prerequisite failed.
         public static let prerequisiteFailed = Code("prerequisiteFailed")
+        /// An operation was added with a run condition no provider is registered for; call
+        /// ``PersistentOperationQueue/register(_:as:)`` first.
+        public static let unknownCondition = Code("unknownCondition")
     }
 
     /// The kind of failure.

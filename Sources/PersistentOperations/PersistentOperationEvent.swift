@@ -51,6 +51,9 @@ public enum PersistentOperationEvent: Sendable, Hashable {
     case quarantined(entryName: String, reason: String)
     /// A stored record names a type that was never registered; it stays on disk untouched.
     case unknownType(PersistentOperationID, typeIdentifier: String)
+    /// A restored record names run conditions no provider is registered for; it waits, never
+    /// run, until one is registered under each name (``PersistentOperationQueue/register(_:as:)``).
+    case unknownConditions(PersistentOperationID, conditions: [String])
     /// Saving a change failed; the operation goes on, and the previous record stays on disk.
     case storeError(PersistentOperationID?, message: String)
 }

@@ -21,6 +21,10 @@ public struct PersistentOperationInfo: Sendable {
         /// Waiting for its ``PersistentOperationInfo/prerequisites`` to succeed; it holds no
         /// slot and no timer.
         case waitingForPrerequisites
+        /// Due, but one of its ``PersistentOperationInfo/conditions`` does not hold (or has no
+        /// provider registered): it holds no slot and no timer, and starts as soon as they all
+        /// hold.
+        case waitingForConditions
     }
 
     /// The identifier of the operation's record.
@@ -44,6 +48,9 @@ public struct PersistentOperationInfo: Sendable {
     public var notBefore: Date?
     /// No attempt starts at or after this date (``EnqueueOptions/expirationDate``).
     public var expirationDate: Date? = nil
+    /// The run conditions that must all hold before an attempt starts
+    /// (``EnqueueOptions/conditions``).
+    public var conditions: Set<String> = []
     /// Counted retries saved so far.
     public var numberOfRetries: Int
     /// Attempts started so far, across launches: the running one, and any that were in
@@ -100,8 +107,8 @@ public struct FailedOperationInfo: Sendable, Hashable {
 /// ```
 public struct PersistentQueueCounts: Sendable, Hashable {
     /// Operations not finished: ``scheduled`` + ``queued`` + ``running`` + ``waitingToRetry``
-    /// + ``waitingForPrerequisites``.
-    public var pending: Int { scheduled + queued + running + waitingToRetry + waitingForPrerequisites }
+    /// + ``waitingForPrerequisites`` + ``waitingForConditions``.
+    public var pending: Int { scheduled + queued + running + waitingToRetry + waitingForPrerequisites + waitingForConditions }
     /// Waiting for their not-before or next-attempt date.
     public var scheduled = 0
     /// Due and waiting for a slot in the `OperationQueue`.
@@ -112,6 +119,8 @@ public struct PersistentQueueCounts: Sendable, Hashable {
     public var waitingToRetry = 0
     /// Waiting for prerequisites to succeed.
     public var waitingForPrerequisites = 0
+    /// Due, waiting for their run conditions to hold.
+    public var waitingForConditions = 0
     /// Records in the failed area.
     public var failed = 0
     /// Entries in the quarantine area.

@@ -66,6 +66,7 @@ extension PersistentOperationQueue {
         payloads.reserveCapacity(operations.count)
         for operation in operations {
             try checkRegistered(Self.persistenceIdentifier(of: operation), of: type(of: operation))
+            try checkConditionsRegistered(options.conditions)
         }
         try checkOpen()
         for operation in operations {

@@ -86,6 +86,7 @@ extension PersistentOperationQueue {
                 case .running: counts.running += 1
                 case .waitingToRetry: counts.waitingToRetry += 1
                 case .waitingForPrerequisites: counts.waitingForPrerequisites += 1
+                case .waitingForConditions: counts.waitingForConditions += 1
                 }
             }
             counts.unknownType = state.unknownTypeRecords.count
@@ -130,6 +131,7 @@ extension PersistentOperationQueue {
                     dependents: graph[record.id]?.dependents ?? []
                 )
                 info.expirationDate = record.expiresAt
+                info.conditions = Set(record.conditions)
                 return info
             }
     }

@@ -91,6 +91,11 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         /// Operations whose next attempt runs alone, in the order they run; while any remain,
         /// the first one is the only operation given a slot (see `+Isolation`).
         var isolation: [String] = []
+        /// Whether each registered run condition held when its provider last reported; a name
+        /// without a provider is absent, and does not hold (see `+Conditions`).
+        var conditionStates: [String: Bool] = [:]
+        /// The due entries waiting for each run condition that did not hold when they became due.
+        var conditionWaiters: [String: Set<String>] = [:]
     }
 
     /// The queue the attempts run in.
@@ -104,6 +109,10 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     let timer: DueTimer
     let hub = EventHub()
     let state = Locked(State())
+    /// The registered run condition providers and their observations, by name.
+    let conditionProviders = Locked<[String: RegisteredCondition]>([:])
+    /// Where the providers' change reports are handled, one at a time and in order.
+    let conditionQueue = DispatchQueue(label: "PersistentOperationQueue.conditions")
     /// Serialises adds that carry a unique key, so two cannot both see the key free.
     let uniqueKeyLock = NSLock()
     /// Serialises changes to the failed area: moving a finished operation's record there
@@ -256,6 +265,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         )
         let typeIdentifier = Op.persistenceIdentifier
         try checkRegistered(typeIdentifier, of: Op.self)
+        try checkConditionsRegistered(options.conditions)
         try checkOpen()
         let payload = try RecordFormat.encodePayload(operation.payload)
 
@@ -361,7 +371,8 @@ public final class PersistentOperationQueue: @unchecked Sendable {
             uniqueKey: options.uniqueKey,
             prerequisites: prerequisites,
             batchID: batchID,
-            expiresAt: expirations.min()
+            expiresAt: expirations.min(),
+            conditions: options.conditions.sorted()
         )
     }
 

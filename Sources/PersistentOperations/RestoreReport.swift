@@ -31,6 +31,10 @@ public struct RestoreReport: Sendable, Hashable {
     /// Records whose expiration date (``EnqueueOptions/expirationDate``) passed before they
     /// could start: moved to the failed area, reason "expired"; their dependents fail with them.
     public var expired: [PersistentOperationID] = []
+    /// Restored records that name run conditions no provider is registered for: they wait,
+    /// kept on disk and never run, until ``PersistentOperationQueue/register(_:as:)`` registers
+    /// one under each name. Register conditions before `restore()` to avoid this.
+    public var unknownConditions: [UnknownConditionRecord] = []
     /// Entries that were corrupt, truncated, oversized, not regular files, or whose payload
     /// did not decode; they were moved to the quarantine area.
     public var quarantined: [Entry] = []

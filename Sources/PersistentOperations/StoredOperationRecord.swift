@@ -44,6 +44,10 @@ public struct StoredOperationRecord: Sendable, Hashable {
     public var notBefore: Date?
     /// No attempt starts at or after this date (``EnqueueOptions/expirationDate``).
     public var expirationDate: Date? = nil
+    /// The run conditions that must all hold before an attempt starts
+    /// (``EnqueueOptions/conditions``), sorted. A read-only view cannot tell whether they hold:
+    /// ``state`` says what the record's dates say.
+    public var conditions: [String] = []
     /// When the next attempt is due, after a retry was scheduled.
     public var nextAttemptAt: Date?
     /// The tags it was added with.
@@ -145,6 +149,7 @@ extension StoredOperationRecord {
             payload: record.payload
         )
         expirationDate = record.expiresAt
+        conditions = record.conditions
         if let evidence {
             crashes = evidence.crashes
             runsAlone = evidence.runsAlone

@@ -35,6 +35,7 @@ enum RecordPresentation {
         case .running: "running"
         case .waitingToRetry: "waitingToRetry"
         case .waitingForPrerequisites: "waitingForPrerequisites"
+        case .waitingForConditions: "waitingForConditions"
         case nil: "-"
         }
     }
@@ -79,6 +80,7 @@ enum RecordPresentation {
             ("enqueuedAt", json(record.enqueuedAt)),
             ("notBefore", json(record.notBefore)),
             ("expiresAt", json(record.expirationDate)),
+            ("conditions", .array(record.conditions.map { .string($0) })),
             ("tags", .array(record.tags.sorted().map { .string($0) })),
             ("uniqueKey", .string(record.uniqueKey)),
             ("retries", .integer(Int64(record.numberOfRetries))),

@@ -81,3 +81,4 @@ var logger: Logger { Logger() }
 var network: Network { Network() }
 var badge: Badge { Badge() }
 func upload(_ file: URL, completion: @escaping @Sendable ((any Error)?) -> Void) {}
+var online: ManualRunCondition { ManualRunCondition() }

@@ -28,6 +28,7 @@ extension OperationRecord {
         }
         if formatVersion >= 3 {
             entries["expiresAt"] = expiresAt.map { .date($0) }
+            if !conditions.isEmpty { entries["conditions"] = .array(conditions.map { .string($0) }) }
         }
         return .dictionary(entries)
     }
@@ -81,6 +82,7 @@ extension OperationRecord {
             failedPrerequisite = try optionalIdentifier("failedPrerequisite")
         }
         let expiresAt = formatVersion >= 3 ? try optional("expiresAt", \.dateValue) : nil
+        let conditions = formatVersion >= 3 ? try optional("conditions", strings) ?? [] : []
         self.init(
             id: id,
             typeIdentifier: try required("typeIdentifier", \.stringValue),
@@ -100,7 +102,8 @@ extension OperationRecord {
             prerequisites: prerequisites,
             batchID: batchID,
             failedPrerequisite: failedPrerequisite,
-            expiresAt: expiresAt
+            expiresAt: expiresAt,
+            conditions: conditions
         )
         self.formatVersion = formatVersion
     }

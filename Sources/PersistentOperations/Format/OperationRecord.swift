@@ -47,14 +47,16 @@ import Foundation
 ///
 /// ## Format version 3
 ///
-/// Version 3 adds deadlines. Its keys are those of version 2 and:
+/// Version 3 adds deadlines and run conditions. Its keys are those of version 2 and:
 ///
 /// | Key | Type | Meaning |
 /// |---|---|---|
 /// | `expiresAt` | date? | No attempt starts at or after this date; the record then fails as expired. |
+/// | `conditions` | array of strings? | Names of the run conditions that must all hold before an attempt starts. |
 ///
-/// A record with an expiration date is written in version 3, so that an older reader (which
-/// would run it after it expired) leaves it alone as a newer format.
+/// A record with an expiration date or conditions is written in version 3, so that an older
+/// reader (which would run it after it expired, or while a condition is unmet) leaves it alone
+/// as a newer format.
 package struct OperationRecord: Codable, Sendable, Equatable {
     /// The newest record format version this library writes and reads.
     package static let currentFormatVersion = 3
@@ -104,6 +106,8 @@ package struct OperationRecord: Codable, Sendable, Equatable {
     package var failedPrerequisite: String?
     /// No attempt starts at or after this date (version 3).
     package var expiresAt: Date?
+    /// The run conditions that must all hold before an attempt starts, sorted (version 3).
+    package var conditions: [String]
 
     /// Creates a record of format ``currentFormatVersion`` with a fresh identifier.
     package init(
@@ -125,7 +129,8 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         prerequisites: [String] = [],
         batchID: String? = nil,
         failedPrerequisite: String? = nil,
-        expiresAt: Date? = nil
+        expiresAt: Date? = nil,
+        conditions: [String] = []
     ) {
         self.formatVersion = 1
         self.id = id
@@ -147,13 +152,14 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         self.batchID = batchID
         self.failedPrerequisite = failedPrerequisite
         self.expiresAt = expiresAt
+        self.conditions = conditions
         self.formatVersion = requiredFormatVersion
     }
 
     private enum CodingKeys: String, CodingKey {
         case formatVersion, id, typeIdentifier, payload, priority, enqueueSequence, enqueuedAt, notBefore, tags
         case uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription
-        case failureReason, prerequisites, batchID, failedPrerequisite, expiresAt
+        case failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions
     }
 
     /// Decodes a record body with any `Decoder` (Foundation's property-list decoder reads one);
@@ -179,7 +185,8 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             prerequisites: try container.decodeIfPresent([String].self, forKey: .prerequisites) ?? [],
             batchID: try container.decodeIfPresent(String.self, forKey: .batchID),
             failedPrerequisite: try container.decodeIfPresent(String.self, forKey: .failedPrerequisite),
-            expiresAt: try container.decodeIfPresent(Date.self, forKey: .expiresAt)
+            expiresAt: try container.decodeIfPresent(Date.self, forKey: .expiresAt),
+            conditions: try container.decodeIfPresent([String].self, forKey: .conditions) ?? []
         )
         formatVersion = try container.decode(Int.self, forKey: .formatVersion)
     }
@@ -195,14 +202,14 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             && lhs.attemptsInFlight == rhs.attemptsInFlight && lhs.lastErrorDescription == rhs.lastErrorDescription
             && lhs.failureReason == rhs.failureReason && lhs.prerequisites == rhs.prerequisites
             && lhs.batchID == rhs.batchID && lhs.failedPrerequisite == rhs.failedPrerequisite
-            && lhs.expiresAt == rhs.expiresAt
+            && lhs.expiresAt == rhs.expiresAt && lhs.conditions == rhs.conditions
     }
 
     /// The lowest format version that holds every field of the record: 3 when it has an
-    /// expiration date, 2 when it has prerequisites, a batch or a failed prerequisite, 1
+    /// expiration date or conditions, 2 when it has prerequisites, a batch or a failed prerequisite, 1
     /// otherwise.
     package var requiredFormatVersion: Int {
-        if expiresAt != nil { return 3 }
+        if expiresAt != nil || !conditions.isEmpty { return 3 }
         return prerequisites.isEmpty && batchID == nil && failedPrerequisite == nil ? 1 : 2
     }
 

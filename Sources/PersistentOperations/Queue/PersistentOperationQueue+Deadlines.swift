@@ -32,11 +32,22 @@ extension PersistentOperationQueue {
         enum Action {
             case finishUnbuilt(RetryingOperationError)
             case finish(Operation, RetryingOperationError, token: DueTimer.Token?, slot: AttemptSlot?)
+            case admit(@Sendable () -> Void)
         }
         let action = state.withLock { state -> Action? in
-            guard var entry = state.entries[id], entry.ending == nil, !entry.hasStarted,
+            guard var entry = state.entries[id], entry.ending == nil,
                   let date = entry.record.expiresAt, date <= now else { return nil }
             defer { state.entries[id] = entry }
+            if entry.hasStarted {
+                // A retry that waits for its run conditions: admitted now, it finds its
+                // expiration date passed and fails without an attempt.
+                guard case .waitingForConditions = entry.phase, let admit = entry.pendingAdmission else { return nil }
+                unpark(entry, in: &state)
+                entry.parkedUnder = nil
+                entry.pendingAdmission = nil
+                entry.phase = .running(nil)
+                return .admit(admit)
+            }
             let error = Self.expiredError(at: date)
             entry.hasStarted = true
             entry.expiry = error
@@ -46,7 +57,8 @@ extension PersistentOperationQueue {
             switch entry.phase {
             case .scheduled(let scheduled): token = scheduled
             case .queued(let queued): slot = queued
-            case .ready, .blocked, .running, .waitingToRetry: break   // `ready` skips an entry no longer ready
+            case .ready, .blocked, .running, .waitingToRetry, .waitingForConditions:
+                break   // `ready` skips an entry no longer ready; `forget` unparks it
             }
             entry.phase = .running(nil)
             guard let operation = entry.operation else { return .finishUnbuilt(error) }
@@ -63,6 +75,9 @@ extension PersistentOperationQueue {
             token?.cancel()
             slot?.cancel()
             finishWithoutAttempt(operation, failingWith: error)
+        case .admit(let admit):
+            log(.info, "\(id): expired while its retry waited for its run conditions")
+            admit()
         }
     }
 

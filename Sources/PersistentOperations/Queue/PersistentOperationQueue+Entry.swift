@@ -39,6 +39,9 @@ extension PersistentOperationQueue {
             case waitingToRetry
             /// Waiting for prerequisites to succeed: in no timer, heap or slot.
             case blocked
+            /// Due, but a run condition does not hold: in `State.conditionWaiters` under
+            /// `parkedUnder`, in no timer, heap or slot (see `+Conditions`).
+            case waitingForConditions
         }
 
         /// How an operation ended, as far as its dependents are concerned.
@@ -80,6 +83,8 @@ extension PersistentOperationQueue {
         /// Set when the operation is finished because it expired before it started: its end,
         /// however the operation reports it, is this failure (see `+Deadlines`).
         var expiry: RetryingOperationError?
+        /// The run condition the entry waits for while `waitingForConditions`.
+        var parkedUnder: String?
 
         /// The state reported to users: a due retry queued for a slot still counts as
         /// waiting to retry.
@@ -90,6 +95,7 @@ extension PersistentOperationQueue {
             case .running: return .running
             case .waitingToRetry: return .waitingToRetry
             case .blocked: return .waitingForPrerequisites
+            case .waitingForConditions: return .waitingForConditions
             }
         }
     }

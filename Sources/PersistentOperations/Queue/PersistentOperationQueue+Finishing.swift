@@ -99,9 +99,10 @@ extension PersistentOperationQueue {
             case .queued(let queued): forgotten.slot = queued
             case .running(let running): forgotten.slot = running
             case .scheduled(let token): token?.cancel()
-            case .ready, .waitingToRetry, .blocked: break
+            case .ready, .waitingToRetry, .blocked, .waitingForConditions: break
             }
             entry.expiryTimer?.cancel()
+            unpark(entry, in: &state)
             for dependent in state.dependents.removeValue(forKey: id) ?? [] {
                 // Only a success leaves dependents here (a failure or cancellation took them).
                 guard var waiting = state.entries[dependent], waiting.ending == nil, case .blocked = waiting.phase else { continue }
@@ -189,7 +190,7 @@ extension PersistentOperationQueue {
                 entry.hasStarted = true
                 entry.phase = .running(nil)
                 return .operation(operation, token: token, slot: nil, startsNow: true)
-            case .ready where !entry.hasStarted, .blocked where !entry.hasStarted:
+            case .ready where !entry.hasStarted, .blocked where !entry.hasStarted, .waitingForConditions where !entry.hasStarted:
                 entry.hasStarted = true
                 entry.phase = .running(nil)
                 return .operation(operation, token: nil, slot: nil, startsNow: true)

@@ -43,7 +43,7 @@ extension PersistentOperationQueue {
             case .scheduled(nil), .queued, .running:
                 // Being scheduled (its slot comes next), or already holding one.
                 return []
-            case .scheduled(.some), .waitingToRetry, .blocked:
+            case .scheduled(.some), .waitingToRetry, .blocked, .waitingForConditions:
                 // Not due now: it runs later, with the rest.
                 state.isolation.removeFirst()
             }

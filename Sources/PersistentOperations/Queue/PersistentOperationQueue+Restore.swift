@@ -165,6 +165,7 @@ extension PersistentOperationQueue {
             }
         }
         report.restored = restored.map { PersistentOperationID(record: $0.id) }
+        report.unknownConditions = unknownConditions(of: restored.filter { !$0.conditions.isEmpty }.map { ($0.id, $0.conditions) })
         report.previousLaunchEnding = RestoreReport.LaunchEnding(previousLaunchEnding)
         // Those that must run alone: crashes on file first, so that a poison operation is
         // tried again before the others; then in run order (`restored` is sorted).
@@ -175,6 +176,7 @@ extension PersistentOperationQueue {
         // Reported before any of them is scheduled, so each `restored` event comes before
         // the operation's first `started`.
         hub.emit(contentsOf: restored.map { .restored(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) })
+        hub.emit(contentsOf: report.unknownConditions.map { .unknownConditions($0.id, conditions: $0.conditions) })
         // Every restored entry exists before any is linked, so prerequisites among them are found.
         let ended = state.withLock { state in
             state.isolation += isolated
@@ -199,6 +201,7 @@ extension PersistentOperationQueue {
         var crashes = 0
         var runsAlone = false
         var expiresAt: Date?
+        var conditions: [String] = []
     }
 
     /// Removes a record of a batch whose commit marker does not exist.
@@ -253,7 +256,7 @@ extension PersistentOperationQueue {
         restored.append(RestoredRecord(
             id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate,
             prerequisites: record.prerequisites, crashes: suspect?.crashes ?? 0, runsAlone: suspect?.runsAlone ?? false,
-            expiresAt: record.expiresAt
+            expiresAt: record.expiresAt, conditions: record.conditions
         ))
     }
 

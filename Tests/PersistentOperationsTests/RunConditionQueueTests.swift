@@ -1,0 +1,153 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+/// Waits (polling every millisecond, up to `seconds`) until `condition` holds.
+private func eventually(seconds: TimeInterval = 10, _ condition: () throws -> Bool) async throws -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        try await Task.sleep(for: .milliseconds(1))
+    }
+    return try condition()
+}
+
+@Suite("Persistent queue: run conditions", .timeLimit(.minutes(2)))
+struct RunConditionQueueTests {
+    @Test func anOperationWhoseConditionDoesNotHoldWaitsWithoutASlotAndStartsWhenItHolds() async throws {
+        // Given a one-slot queue with a "network" condition that does not hold
+        let fixture = try QueueFixture(maxConcurrent: 1)
+        let network = ManualRunCondition(isSatisfied: false)
+        fixture.queue.register(network, as: "network")
+        // When an upload that needs it and one that does not are added
+        let waiting = try fixture.queue.addOperation(fixture.upload("needs network"), options: EnqueueOptions(conditions: ["network"])).id
+        try fixture.queue.addOperation(fixture.upload("offline work"))
+        // Then the other one runs; the first waits, saved with its condition, holding nothing
+        #expect(try await eventually { fixture.lines == ["offline work#1 retry=false retries=0"] })
+        #expect(try await eventually { try fixture.queue.counts().waitingForConditions == 1 })
+        #expect(fixture.queue.operation(withID: waiting)?.state == .waitingForConditions)
+        #expect(fixture.queue.operation(withID: waiting)?.conditions == ["network"])
+        let record = try #require(try fixture.pendingRecords().first)
+        #expect(record.conditions == ["network"] && record.formatVersion == 3)
+        #expect(fixture.clock.pendingCount == 0)                  // no timer
+        #expect(fixture.queue.operationQueue.operationCount == 0)  // no slot
+        // When the condition holds, it starts at once
+        network.isSatisfied = true
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines.last == "needs network#1 retry=false retries=0")
+    }
+
+    @Test func aDueRetryWaitsForItsConditionWithoutSpendingAnotherRetry() async throws {
+        let fixture = try QueueFixture()
+        let network = ManualRunCondition(isSatisfied: true)
+        fixture.queue.register(network, as: "network")
+        try fixture.queue.addOperation(fixture.upload("sync", [.retry, .succeed], retryDelay: 10), options: EnqueueOptions(conditions: ["network"]))
+        #expect(try await eventually { try fixture.pendingRecords().first?.numberOfRetries == 1 })
+        // The network goes away during the wait; the retry comes due
+        network.isSatisfied = false
+        fixture.clock.advance(by: 10)
+        #expect(try await eventually { try fixture.queue.counts().waitingForConditions == 1 })
+        #expect(fixture.lines == ["sync#1 retry=false retries=0"])
+        // It comes back: the retry runs, still the first one
+        network.isSatisfied = true
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines == ["sync#1 retry=false retries=0", "sync#2 retry=true retries=1"])
+    }
+
+    @Test func aConditionFlippingManyTimesRunsEachOperationOnceAndLosesNone() async throws {
+        let fixture = try QueueFixture(maxConcurrent: 4)
+        let network = ManualRunCondition(isSatisfied: false)
+        fixture.queue.register(network, as: "network")
+        for index in 0..<200 {
+            try fixture.queue.addOperation(fixture.upload("u\(index)"), options: EnqueueOptions(conditions: ["network"]))
+        }
+        for flip in 0..<400 {
+            network.isSatisfied = flip % 2 == 0
+            if flip % 50 == 0 { try await Task.sleep(for: .milliseconds(1)) }
+        }
+        network.isSatisfied = true
+        await fixture.queue.allOperationsFinished()
+        let names = fixture.lines.map { String($0.prefix { $0 != "#" }) }
+        #expect(names.count == 200)
+        #expect(Set(names).count == 200)
+        #expect(try fixture.pendingRecords().isEmpty)
+    }
+
+    @Test func aFloodOfTenThousandWaitingOperationsIsReleasedAtOnceInRunOrder() async throws {
+        // Given 10,000 operations (one batch) waiting for one condition on a 4-slot queue
+        let fixture = try QueueFixture(maxConcurrent: 4)
+        let gate = ManualRunCondition(isSatisfied: false)
+        fixture.queue.register(gate, as: "gate")
+        let operations: [any PersistentOperation] = (0..<10_000).map { fixture.upload("f\($0)") }
+        try fixture.queue.addOperations(operations, options: EnqueueOptions(conditions: ["gate"]))
+        #expect(try await eventually { try fixture.queue.counts().waitingForConditions == 10_000 })
+        #expect(fixture.lines.isEmpty)
+        #expect(fixture.queue.operationQueue.operationCount == 0)
+        // When it holds, every one runs
+        gate.isSatisfied = true
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines.count == 10_000)
+        // The first ones ran in enqueue order (a 4-slot queue starts them in that order)
+        #expect(fixture.lines.prefix(4).map { String($0.prefix { $0 != "#" }) }.sorted() == ["f0", "f1", "f2", "f3"])
+    }
+
+    @Test func addingWithAConditionNoProviderIsRegisteredForThrowsAndStoresNothing() throws {
+        let fixture = try QueueFixture()
+        #expect(throws: PersistenceError.self) {
+            try fixture.queue.addOperation(fixture.upload("x"), options: EnqueueOptions(conditions: ["charging"]))
+        }
+        do {
+            try fixture.queue.addOperation(fixture.upload("x"), options: EnqueueOptions(conditions: ["charging"]))
+        } catch let error as PersistenceError {
+            #expect(error.code == .unknownCondition)
+            #expect(error.message.contains("\"charging\""))
+        }
+        #expect(try fixture.pendingRecords().isEmpty)
+    }
+
+    @Test func aRestoredRecordNamingAnUnregisteredConditionWaitsIsReportedAndRunsOnceOneIsRegistered() async throws {
+        // Given a store whose record waits for "charging", left by a launch that registered it
+        let directory = try TemporaryDirectory()
+        let clock = ManualRetryScheduler()
+        let events = Locked<[PersistentOperationEvent]>([])
+        let journal = UUID().uuidString
+        var first: PersistentOperationQueue? = try QueueFixture.open(directory, clock: clock, suspended: true, events: events)
+        first!.register(ManualRunCondition(isSatisfied: false), as: "charging")
+        let id = try first!.addOperation(ScriptedUpload(payload: UploadPayload(name: "backup", journal: journal)),
+                                         options: EnqueueOptions(conditions: ["charging"])).id
+        first!.close()
+        first = nil
+        // When the next launch restores without registering it
+        let queue = try QueueFixture.open(directory, clock: clock, events: events)
+        let report = try queue.restore()
+        // Then the record is reported, waits and is kept
+        #expect(report.unknownConditions == [UnknownConditionRecord(id: id, conditions: ["charging"])])
+        #expect(try await eventually { try queue.counts().waitingForConditions == 1 })
+        try await Task.sleep(for: .milliseconds(20))
+        #expect(Journal.lines(journal).isEmpty)
+        queue.hub.flush()
+        #expect(events.withLock { $0 }.contains(.unknownConditions(id, conditions: ["charging"])))
+        // And once a provider is registered and holds, it runs
+        queue.register(ManualRunCondition(isSatisfied: true), as: "charging")
+        await queue.allOperationsFinished()
+        #expect(Journal.lines(journal) == ["backup#1 retry=false retries=0"])
+    }
+
+    @Test func anOperationWaitingForItsConditionStillExpiresAndCanBeCancelled() async throws {
+        let fixture = try QueueFixture()
+        let network = ManualRunCondition(isSatisfied: false)
+        fixture.queue.register(network, as: "network")
+        var options = EnqueueOptions(conditions: ["network"])
+        options.expirationDate = fixture.clock.now.addingTimeInterval(30)
+        let expiring = try fixture.queue.addOperation(fixture.upload("expiring"), options: options).id
+        let cancelled = try fixture.queue.addOperation(fixture.upload("cancelled"), options: EnqueueOptions(conditions: ["network"])).id
+        #expect(try await eventually { try fixture.queue.counts().waitingForConditions == 2 })
+        #expect(fixture.queue.cancelOperation(withID: cancelled))
+        fixture.clock.advance(by: 30)
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines.isEmpty)
+        #expect(try fixture.queue.failedOperations().map(\.id) == [expiring])
+        network.isSatisfied = true   // nothing left waiting under it
+        #expect(fixture.queue.state.withLock { $0.conditionWaiters.isEmpty })
+    }
+}
