@@ -13,5 +13,6 @@ enum BenchmarkRegistry {
         IdleWaitBenchmark(),          // P6
         PayloadFormatBenchmark(),     // P7
         DependencyChainBenchmark(),   // P9
+        ConditionBenchmark(),         // P10
     ]
 }
