@@ -150,4 +150,22 @@ struct RunConditionQueueTests {
         network.isSatisfied = true   // nothing left waiting under it
         #expect(fixture.queue.state.withLock { $0.conditionWaiters.isEmpty })
     }
+
+    @Test func theReadmesConditionExampleRunsTheUploadOnlyOnceTheNetworkIsBack() async throws {
+        let fixture = try QueueFixture()
+        let queue = fixture.queue
+        let upload = fixture.upload("photo")
+        // snippet: run-conditions
+        let network = ManualRunCondition(isSatisfied: false)   // NetworkPathCondition() on Apple platforms
+        queue.register(network, as: "network")                 // before restore() and before adding
+        try queue.addOperation(upload, options: EnqueueOptions(conditions: ["network"]))
+        // end snippet
+        #expect(try await eventually { try queue.counts().waitingForConditions == 1 })
+        #expect(fixture.lines.isEmpty)
+        // snippet: run-conditions-release
+        network.isSatisfied = true                             // what waited for the network starts now
+        // end snippet
+        await queue.allOperationsFinished()
+        #expect(fixture.lines == ["photo#1 retry=false retries=0"])
+    }
 }

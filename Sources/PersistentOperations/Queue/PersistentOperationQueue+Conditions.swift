@@ -27,7 +27,7 @@ extension PersistentOperationQueue {
     ///
     /// Register every condition your operations name before ``restore()`` and before adding
     /// them. A second registration under the same name replaces the first. The queue reads
-    /// ``RunCondition/isSatisfied`` now and whenever the condition reports a change; it never
+    /// `RunCondition.isSatisfied` now and whenever the condition reports a change; it never
     /// polls.
     ///
     /// ```swift

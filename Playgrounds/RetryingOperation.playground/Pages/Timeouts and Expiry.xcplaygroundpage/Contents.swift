@@ -6,7 +6,7 @@
  An attempt whose callback never comes would hold its slot forever: an *attempt timeout* in
  the retry policy abandons it and retries. An *expiration date* gives up on work that is no
  longer worth doing. Both run on the operation's retry scheduler, so this page moves a test
- clock instead of waiting.
+ clock instead of waiting. Last, a stored operation waits for a *run condition*.
  */
 import Foundation
 import PersistentOperations
@@ -109,6 +109,25 @@ do {
     let failed = try queue.failedOperations()
     print("failed:", failed.map { $0.reason })
     precondition(failed.count == 1 && failed[0].reason.contains("expired"))
+    queue.close()
+}
+
+//: ## A stored operation waits for its run condition, without a slot, a retry or polling
+do {
+    let queue = try PersistentOperationQueue(
+        directory: storeURL, operationQueue: OperationQueue(),
+        configuration: PersistentOperationQueue.Configuration(scheduler: storeClock)
+    )
+    queue.register(SendReminder.self)
+    let network = ManualRunCondition(isSatisfied: false)
+    queue.register(network, as: "network")
+    try queue.addOperation(SendReminder(payload: Reminder(text: "sync")), options: EnqueueOptions(conditions: ["network"]))
+    waitUntil { (try? queue.counts().waitingForConditions) == 1 }
+    print("waiting for the network:", try queue.counts().waitingForConditions)
+    network.isSatisfied = true          // the reminder starts now
+    queue.waitUntilAllOperationsAreFinished()
+    let left = try queue.counts().pending
+    precondition(left == 0)
     queue.close()
 }
 try? FileManager.default.removeItem(at: storeURL)
