@@ -73,6 +73,9 @@ struct SoakCommand {
         var temporaryFilesAfterKills = 0
         var problems: [String] = []
         var crasherLaunches = 0
+        // Crasher cycles whose app acknowledged the crasher: one that an earlier crasher crashed
+        // first never adds it (the next cycle adds that index as an ordinary upload).
+        var crashersAcknowledged = 0
         for cycle in 0..<cycles {
             let addsCrasher = crasherEvery > 0 && cycle % crasherEvery == crasherEvery / 2
             if addsCrasher { crasherLaunches += 1 }
@@ -81,7 +84,7 @@ struct SoakCommand {
             // kills during an attempt.
             let phase = addsCrasher ? .attempt : randomPhase
             let launchCount = (cycle + 1) * count
-            let end = try runCycle(
+            let (end, sawPrerequisite) = try runCycle(
                 arguments: appArguments(store: store, effects: effects, count: launchCount, albums: (cycle + 1) * albumsPerCycle, crasher: addsCrasher),
                 effects: effects, errors: errors, phase: phase,
                 after: addsCrasher ? "ack \(launchCount) " : nil, random: &random
@@ -92,6 +95,7 @@ struct SoakCommand {
             if case .diedByItself(let signal) = end, signal != SIGKILL, !Self.isCrashersTrap(signal) {
                 problems.append("cycle \(cycle): the app crashed with signal \(signal)")
             }
+            if addsCrasher && sawPrerequisite { crashersAcknowledged += 1 }
             ends.append(end)
             temporaryFilesAfterKills += temporaryFiles(in: store).count
         }
@@ -123,6 +127,9 @@ struct SoakCommand {
         var verifier = try SoakVerifier(effects: effects, store: store, count: finalCount, albums: finalAlbums)
         verifier.verify()
         problems += verifier.problems
+        if verifier.tally.crashLoopedCrashers < crashersAcknowledged {
+            problems.append("\(crashersAcknowledged) crashers were acknowledged, but only \(verifier.tally.crashLoopedCrashers) were caught by crash-loop protection")
+        }
 
         let duration = Date().timeIntervalSince(started)
         var killsByPhase: [String: Int] = [:]
@@ -142,7 +149,7 @@ struct SoakCommand {
         print("""
               cycles: \(cycles) (\(ends.count - diedByItself - exitedEarly) killed by the soak, \(diedByItself) crashed by a crasher, \(exitedEarly) finished before the kill)
               kills by phase: \(phases) (\(late) of them after the aimed-at moment did not come within 2 s)
-              launches: \(cycles + finalLaunches) (\(finalLaunches) after the last cycle, \(finalCrashes) of them crashed by a crasher; \(tally.launches) got as far as restoring); a crasher added in \(crasherLaunches) cycles
+              launches: \(cycles + finalLaunches) (\(finalLaunches) after the last cycle, \(finalCrashes) of them crashed by a crasher; \(tally.launches) got as far as restoring); a crasher to add in \(crasherLaunches) cycles, acknowledged in \(crashersAcknowledged) (an app crashed first by an earlier crasher adds none)
               acknowledged: \(tally.acknowledged), completed: \(tally.completed), failed for good (refused): \(tally.refused)
               crash-loop protection moved aside: \(tally.crashLoopedCrashers) crashers (each after \(crashLoopLimit) crashes while it ran alone), \(tally.crashLoopedOthers) other uploads
               albums: \(finalAlbums) (\(tally.graphNodes) graph nodes): \(tally.graphNodesCompleted) completed, \(tally.graphNodesFailedWithPrerequisite) failed with a prerequisite, \(tally.graphNodesNotAdded) not added after a prerequisite failed
@@ -174,13 +181,14 @@ struct SoakCommand {
     /// Launches the app, waits for the moment `phase` aims at, and kills it.
     private func runCycle(
         arguments: [String], effects: String, errors: String, phase: Phase, after prerequisite: String?, random: inout SeededGenerator
-    ) throws -> CycleEnd {
+    ) throws -> (end: CycleEnd, sawPrerequisite: Bool) {
         let tail = SoakJournalTail(path: effects)
         let app = try launch(arguments, errors: errors)
         // Restoring a large backlog takes a while: the other phases come after it.
         let prerequisites = phase == .restore ? [] : ["launch "] + (prerequisite.map { [$0] } ?? [])
+        var sawPrerequisite = true
         for line in prerequisites {
-            _ = tail.waitForLine(startingWith: line, while: app, until: Date().addingTimeInterval(60))
+            sawPrerequisite = tail.waitForLine(startingWith: line, while: app, until: Date().addingTimeInterval(60)) && sawPrerequisite
         }
         let deadline = Date().addingTimeInterval(2)
         var reached = false
@@ -207,12 +215,12 @@ struct SoakCommand {
         }
         app.waitUntilExit()
         if app.terminationReason == .exit {
-            return .exited(status: app.terminationStatus)
+            return (.exited(status: app.terminationStatus), sawPrerequisite)
         }
         if !sentKill || app.terminationStatus != SIGKILL {
-            return .diedByItself(signal: app.terminationStatus)
+            return (.diedByItself(signal: app.terminationStatus), sawPrerequisite)
         }
-        return reached ? .killed(phase) : .killedLate(phase)
+        return (reached ? .killed(phase) : .killedLate(phase), sawPrerequisite)
     }
 
     private func launch(_ arguments: [String], errors: String) throws -> Process {

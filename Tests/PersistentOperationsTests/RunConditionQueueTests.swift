@@ -151,6 +151,46 @@ struct RunConditionQueueTests {
         #expect(fixture.queue.state.withLock { $0.conditionWaiters.isEmpty })
     }
 
+    @Test func releasedOperationsStartInPriorityThenEnqueueOrder() async throws {
+        let fixture = try QueueFixture(maxConcurrent: 1)
+        let gate = ManualRunCondition(isSatisfied: false)
+        fixture.queue.register(gate, as: "gate")
+        for (name, priority) in [("low", Operation.QueuePriority.low), ("n1", .normal), ("high", .high), ("n2", .normal)] {
+            let upload = fixture.upload(name)
+            upload.queuePriority = priority
+            try fixture.queue.addOperation(upload, options: EnqueueOptions(conditions: ["gate"]))
+        }
+        #expect(try await eventually { try fixture.queue.counts().waitingForConditions == 4 })
+        gate.isSatisfied = true
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines.map { String($0.prefix { $0 != "#" }) } == ["high", "n1", "n2", "low"])
+    }
+
+    @Test func aConditionUnmetAtRestoreHoldsBackTheRestoredRecordUntilItHolds() async throws {
+        let directory = try TemporaryDirectory()
+        let clock = ManualRetryScheduler()
+        let events = Locked<[PersistentOperationEvent]>([])
+        let journal = UUID().uuidString
+        var first: PersistentOperationQueue? = try QueueFixture.open(directory, clock: clock, suspended: true, events: events)
+        first!.register(ManualRunCondition(isSatisfied: true), as: "network")
+        try first!.addOperation(ScriptedUpload(payload: UploadPayload(name: "upload", journal: journal)),
+                                options: EnqueueOptions(conditions: ["network"]))
+        first!.close()
+        first = nil
+        // The next launch registers the condition, offline, before restoring
+        let queue = try QueueFixture.open(directory, clock: clock, events: events)
+        let network = ManualRunCondition(isSatisfied: false)
+        queue.register(network, as: "network")
+        let report = try queue.restore()
+        #expect(report.unknownConditions.isEmpty && report.restored.count == 1)
+        #expect(try await eventually { try queue.counts().waitingForConditions == 1 })
+        try await Task.sleep(for: .milliseconds(20))
+        #expect(Journal.lines(journal).isEmpty)
+        network.isSatisfied = true
+        await queue.allOperationsFinished()
+        #expect(Journal.lines(journal) == ["upload#1 retry=false retries=0"])
+    }
+
     @Test func theReadmesConditionExampleRunsTheUploadOnlyOnceTheNetworkIsBack() async throws {
         let fixture = try QueueFixture()
         let queue = fixture.queue

@@ -49,6 +49,19 @@ struct RunConditionTests {
         #expect(operation.numberOfAttempts == 2)
     }
 
+    @Test func aSynchronousOperationWaitsForItsConditionToo() async {
+        let online = ManualRunCondition(isSatisfied: false)
+        let operation = ConditionalOperation(condition: online, synchronous: true)
+        let queue = OperationQueue()
+        queue.addOperation(operation)
+        #expect(operation.started.wait(timeout: .now() + 10) == .success)
+        while !operation.isWaitingToRetry { await Task.yield() }
+        online.isSatisfied = true
+        #expect(await operation.finalOutcome.isSuccess)
+        #expect(operation.numberOfAttempts == 2)
+        #expect(operation.countedRetries.withLock { $0 } == [0, 0])
+    }
+
     @Test func cancellingWhileWaitingForAConditionStopsObservingIt() async {
         let online = ManualRunCondition(isSatisfied: false)
         let operation = ConditionalOperation(condition: online)
@@ -67,16 +80,18 @@ struct RunConditionTests {
 final class ConditionalOperation: RetryingOperation, @unchecked Sendable {
     let condition: ManualRunCondition
     let alwaysWaitFirst: Bool
+    let synchronous: Bool
     let started = DispatchSemaphore(value: 0)
     let countedRetries = LockedBox<[Int]>([])
 
-    init(condition: ManualRunCondition, alwaysWaitFirst: Bool = false) {
+    init(condition: ManualRunCondition, alwaysWaitFirst: Bool = false, synchronous: Bool = false) {
         self.condition = condition
         self.alwaysWaitFirst = alwaysWaitFirst
+        self.synchronous = synchronous
         super.init()
     }
 
-    override var isAsynchronous: Bool { true }
+    override var isAsynchronous: Bool { !synchronous }
 
     override func startBaseOperation(isRetry: Bool) {
         countedRetries.withLock { $0.append(numberOfRetries ?? -1) }
