@@ -461,6 +461,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// ```
     public func close() {
         state.withLock { $0.isClosed = true }
+        // The run conditions stop calling a queue that no longer starts anything.
+        let observations = conditionProviders.withLock { providers in providers.values.map(\.observation) }
+        for observation in observations { observation.cancel() }
         witness?.end()
         store.close()
         hub.flush()

@@ -105,8 +105,10 @@ extension RetryingOperation {
     /// The error an operation fails with when an attempt would start at or after its
     /// expiration date; `nil` when it has none or it has not passed.
     func expirationError() -> RetryingOperationError? {
-        let (expiration, scheduler) = machine.withLock { ($0.expirationDate, $0.retryScheduler) }
-        guard let expiration, scheduler.now >= expiration else { return nil }
+        // The common case, no expiration date, reads one optional and copies nothing else.
+        guard let expiration = machine.withLock({ $0.expirationDate }) else { return nil }
+        let scheduler = machine.withLock { $0.retryScheduler }
+        guard scheduler.now >= expiration else { return nil }
         log(.info, "expired at \(expiration): no attempt starts after its expiration date; the operation fails")
         return RetryingOperationError(code: .expired, message: "the operation expired at \(expiration) before it succeeded")
     }
