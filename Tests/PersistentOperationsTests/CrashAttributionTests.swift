@@ -73,6 +73,32 @@ struct CrashAttributionTests {
         #expect(try second.directory.names(in: "attempts") == ["launch"])
     }
 
+    @Test func anIsolatedOperationWhoseRunConditionDoesNotHoldWaitsWithoutHoldingBackTheOthers() async throws {
+        // Given two operations in flight at a crash, the first of which needs a condition
+        let first = try QueueFixture(maxConcurrent: 4)
+        let online = ManualRunCondition(isSatisfied: true)
+        first.queue.register(online, as: "network")
+        var names: [PersistentOperationID: String] = [:]
+        names[try first.queue.addOperation(first.upload("gated", [.hang, .succeed]), options: EnqueueOptions(conditions: ["network"])).id] = "gated"
+        names[try first.queue.addOperation(first.upload("plain", [.hang, .succeed]), options: EnqueueOptions()).id] = "plain"
+        try await waitUntil { first.lines.count == 2 }
+        // When the next launch restores with the condition not holding
+        let second = try relaunch(first, crashSignal: SIGSEGV)
+        let offline = ManualRunCondition(isSatisfied: false)
+        second.queue.register(offline, as: "network")
+        let report = try second.queue.restore()
+        #expect(report.runAlone.map { names[$0] } == ["gated", "plain"])
+        // Then the gated one leaves the isolation list to wait for its condition, and the
+        // other runs (alone) instead of waiting behind it
+        try await waitUntil { second.lines.contains { $0.hasPrefix("plain#2") } }
+        #expect(!second.lines.contains { $0.hasPrefix("gated#2") })
+        #expect(try second.queue.counts().waitingForConditions == 1)
+        offline.isSatisfied = true
+        await second.queue.allOperationsFinished()
+        #expect(second.lines.contains { $0.hasPrefix("gated#2") })
+        #expect(try second.failedRecords().isEmpty)
+    }
+
     @Test func aPoisonOperationAmongOthersIsCaughtAndNoneOfTheOthersIsMovedAside() async throws {
         // Given a poison operation (its attempts crash the process: here, never end before the
         // simulated crash) in flight with three ordinary ones when the process first crashes

@@ -71,17 +71,16 @@ extension PersistentOperationQueue {
     /// A retry is due: queue a slot whose start admits it.
     func admissionRequested(_ id: String, admit: @escaping @Sendable () -> Void) {
         let window = slotWindow()
-        let outcome = state.withLock { state -> (isTracked: Bool, slot: AttemptSlot?) in
-            guard var entry = state.entries[id], case .waitingToRetry = entry.phase else { return (false, nil) }
-            defer { state.entries[id] = entry }
+        let outcome = state.withLock { state -> (isTracked: Bool, slots: [AttemptSlot]) in
+            guard var entry = state.entries[id], case .waitingToRetry = entry.phase else { return (false, []) }
             entry.pendingAdmission = admit
-            return (true, queueOrHold(&entry, in: &state, window: window))
+            return (true, queueOrHoldRefilling(&entry, in: &state, window: window))
         }
         guard outcome.isTracked else {
             // Not tracked (the queue was closed): let the operation go on unmanaged.
             admit()
             return
         }
-        if let slot = outcome.slot { operationQueue.addOperation(slot) }
+        for slot in outcome.slots { operationQueue.addOperation(slot) }
     }
 }

@@ -93,11 +93,16 @@ extension PersistentOperationQueue {
         entry.record.conditions.first { state.conditionStates[$0] != true }
     }
 
-    /// Under the lock: parks a due entry until `condition` holds.
+    /// Under the lock: parks a due entry until `condition` holds. An entry that had to run
+    /// alone leaves the isolation list (it runs later, with the rest), so the next one may run:
+    /// a caller that parked the list's head fills the slots again (see `parkedIsolationHead`).
     func park(_ entry: inout Entry, under condition: String, in state: inout State) {
         entry.phase = .waitingForConditions
         entry.parkedUnder = condition
         state.conditionWaiters[condition, default: []].insert(entry.record.id)
+        if state.isolation.contains(entry.record.id) {
+            endIsolation(of: entry.record.id, in: &state)
+        }
     }
 
     /// Under the lock: forgets that a forgotten entry waits for a condition.

@@ -36,9 +36,13 @@ extension PersistentOperationQueue {
             }
             switch entry.phase {
             case .ready:
-                // Nothing else is in flight: `queueOrHold` gives it the slot.
+                // Nothing else is in flight: `queueOrHold` gives it the slot — unless a run
+                // condition does not hold, and it waits for that with the rest.
                 let slot = queueOrHold(&entry, in: &state, window: window)
                 state.entries[head] = entry
+                if case .waitingForConditions = entry.phase {
+                    continue   // `park` took it off the list
+                }
                 return slot.map { [$0] } ?? []
             case .scheduled(nil), .queued, .running:
                 // Being scheduled (its slot comes next), or already holding one.

@@ -42,12 +42,25 @@ extension PersistentOperationQueue {
     /// Queues a slot for the first attempt of a scheduled operation that became due.
     func enqueueSlot(for id: String) {
         let window = slotWindow()
-        let slot = state.withLock { state -> AttemptSlot? in
-            guard var entry = state.entries[id], case .scheduled = entry.phase else { return nil }
-            defer { state.entries[id] = entry }
-            return queueOrHold(&entry, in: &state, window: window)
+        let slots = state.withLock { state -> [AttemptSlot] in
+            guard var entry = state.entries[id], case .scheduled = entry.phase else { return [] }
+            return queueOrHoldRefilling(&entry, in: &state, window: window)
         }
-        if let slot { operationQueue.addOperation(slot) }
+        for slot in slots { operationQueue.addOperation(slot) }
+    }
+
+    /// Under the lock: `queueOrHold`, and stores the entry; when that parked the first operation
+    /// of the isolation list (a run condition does not hold), the slots the next ones get.
+    func queueOrHoldRefilling(_ entry: inout Entry, in state: inout State, window: Int) -> [AttemptSlot] {
+        let id = entry.record.id
+        let wasIsolationHead = state.isolation.first == id
+        let slot = queueOrHold(&entry, in: &state, window: window)
+        state.entries[id] = entry
+        if let slot { return [slot] }
+        if wasIsolationHead, case .waitingForConditions = entry.phase {
+            return fillSlots(in: &state, window: window)
+        }
+        return []
     }
 
     /// A slot left the `OperationQueue`: give its room to the next ready operations.
