@@ -48,7 +48,9 @@ struct RestoreReportCommand {
 
 /// Adds `count` uploads that expire `seconds` from now and `count` that do not, all due only
 /// in an hour, says so on standard output, then waits to be killed: a test then restores the
-/// store after the date (`restore-report`) in another process.
+/// store after the date (`restore-report`) in another process. Its queue's timers never fire,
+/// as if it were killed before they could, however slowly the machine runs: the records expire
+/// at the next restore, never in this process.
 ///
 ///     crash-demo add-expiring --store DIR --count N --expires-in SECONDS
 struct AddExpiringCommand {
@@ -59,7 +61,10 @@ struct AddExpiringCommand {
     func run() throws -> Never {
         let operationQueue = OperationQueue()
         operationQueue.isSuspended = true
-        let queue = try PersistentOperationQueue(directory: store, operationQueue: operationQueue)
+        let queue = try PersistentOperationQueue(
+            directory: store, operationQueue: operationQueue,
+            configuration: PersistentOperationQueue.Configuration(scheduler: TimersThatNeverFire())
+        )
         queue.register(DemoUpload.self)
         let now = Date()
         for index in 0..<(2 * count) {
@@ -70,5 +75,18 @@ struct AddExpiringCommand {
         }
         FileHandle.standardOutput.write(Data("added \(2 * count)\n".utf8))
         while true { sleep(60) }
+    }
+}
+
+/// A clock that reads the real time and whose timers never fire.
+struct TimersThatNeverFire: RetryScheduler {
+    var now: Date { Date() }
+
+    func schedule(after delay: TimeInterval, _ action: @escaping @Sendable () -> Void) -> any ScheduledRetry {
+        NeverFiring()
+    }
+
+    struct NeverFiring: ScheduledRetry {
+        func cancel() {}
     }
 }
