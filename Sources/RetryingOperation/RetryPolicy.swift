@@ -78,8 +78,10 @@ public struct RetryPolicy: Codable, Hashable, Sendable {
     /// ``RetryingOperationError/Code-swift.struct/attemptTimedOut``: the policy retries it
     /// after its backoff delay, or the operation fails with
     /// ``RetryingOperationError/Code-swift.struct/retryLimitReached``. What the abandoned
-    /// attempt reports afterwards is ignored. The timer runs on the operation's
-    /// ``RetryingOperation/retryScheduler``.
+    /// attempt reports afterwards through ``RetryingOperation/baseOperationEnded(attempt:with:)``
+    /// is ignored; a plain `baseOperationEnded` call cannot say which attempt it comes from, so
+    /// it is ignored only during the wait that follows and would end the next attempt. The timer
+    /// runs on the operation's ``RetryingOperation/retryScheduler``.
     ///
     /// ```swift
     /// var policy = RetryPolicy.default

@@ -121,8 +121,10 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     /// Stops an attempt that the operation gives up on while the operation goes on: an
     /// attempt that ran longer than ``RetryPolicy/attemptTimeout``
     /// (``AbandonReason/timedOut``). The operation is not cancelled (`isCancelled` is
-    /// `false`); the attempt already counts as ended, and what it reports afterwards is
-    /// ignored. Subclasses may override it; never call it yourself.
+    /// `false`); the attempt already counts as ended. What it reports afterwards through
+    /// ``baseOperationEnded(attempt:with:)`` is ignored; a plain `baseOperationEnded` call is
+    /// ignored only until the next attempt starts (it cannot say which attempt it comes from).
+    /// Subclasses may override it; never call it yourself.
     ///
     /// The default implementation calls ``cancelBaseOperation()``, which stops the work the
     /// way a cancel does — what most operations want. Override this method when your
@@ -345,7 +347,10 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     }
 
     /// The number of attempts started so far, counted and uncounted retries included. Kept
-    /// after the operation finishes.
+    /// after the operation finishes. During an attempt, it is that attempt's number (what
+    /// ``baseOperationEnded(attempt:with:)`` takes). A persistent operation restored after a
+    /// restart continues the count of its earlier launches, an attempt interrupted by the end
+    /// of the process included.
     ///
     /// ```swift
     /// print("finished after \(operation.numberOfAttempts) attempts")

@@ -42,7 +42,8 @@ public protocol RunConditionObservation: Sendable {
 /// tells it the state (a reachability callback, a power notification).
 ///
 /// Setting ``isSatisfied`` to a new value calls every observer once, on the setting thread,
-/// after the value has changed and outside any lock.
+/// after the value has changed and outside any lock; setting the value it already has calls
+/// nobody.
 ///
 /// ```swift
 /// let online = ManualRunCondition(isSatisfied: false)

@@ -15,16 +15,18 @@ enum RecordPresentation {
         date.map { .string(text($0)) } ?? .null
     }
 
-    /// When the record runs next: `-` while an attempt runs, else its retry date, else its
-    /// not-before date, else `now`.
+    /// When the record runs next: `-` while an attempt runs or for a failed record (it runs
+    /// only if re-queued), else its retry date, else its not-before date, else `now` (due: a
+    /// record that waits for a run condition is due too; only the app knows whether it holds).
     static func nextAttemptText(of record: StoredOperationRecord) -> String {
-        if record.state == .running { return "-" }
+        if record.state == .running || record.area == .failed { return "-" }
         return (record.nextAttemptAt ?? record.notBefore).map(text) ?? "now"
     }
 
-    /// When the record runs next, for JSON: `null` while an attempt runs or when it is due.
+    /// When the record runs next, for JSON: `null` while an attempt runs, for a failed record,
+    /// or when it is due.
     static func nextAttempt(of record: StoredOperationRecord) -> Date? {
-        record.state == .running ? nil : record.nextAttemptAt ?? record.notBefore
+        record.state == .running || record.area == .failed ? nil : record.nextAttemptAt ?? record.notBefore
     }
 
     /// A state's stable name (the same in tables and JSON); `-` for a failed record.
@@ -64,6 +66,8 @@ enum RecordPresentation {
             ("uniqueKey", .string(record.uniqueKey)),
             ("failureReason", .string(record.failureReason)),
             ("prerequisites", ids(record.prerequisites)),
+            ("expiresAt", json(record.expirationDate)),
+            ("conditions", .array(record.conditions.map { .string($0) })),
         ])
     }
 

@@ -150,6 +150,40 @@ struct PersistentDeadlineTests {
         #expect(try fixture.pendingRecords().first?.expiresAt == date)   // the earlier one
     }
 
+    @Test func aRestoredOperationThatExpiresWhileItWaitsMovesToTheFailedAreaWithItsPayload() async throws {
+        // Given a store with two uploads not built yet after a restore: one not due for 60 s,
+        // one waiting for a condition that does not hold; both expire in 10 s
+        let directory = try TemporaryDirectory()
+        let clock = ManualRetryScheduler()
+        let events = Locked<[PersistentOperationEvent]>([])
+        let journal = UUID().uuidString
+        var first: PersistentOperationQueue? = try QueueFixture.open(directory, clock: clock, suspended: true, events: events)
+        first!.register(ManualRunCondition(isSatisfied: false), as: "network")
+        let expiry = clock.now.addingTimeInterval(10)
+        let notDue = try first!.addOperation(ScriptedUpload(payload: UploadPayload(name: "not due", journal: journal)),
+                                             options: EnqueueOptions(notBefore: clock.now.addingTimeInterval(60), expirationDate: expiry)).id
+        let gated = try first!.addOperation(ScriptedUpload(payload: UploadPayload(name: "gated", journal: journal)),
+                                            options: EnqueueOptions(expirationDate: expiry, conditions: ["network"])).id
+        first!.close()
+        first = nil
+        let queue = try QueueFixture.open(directory, clock: clock, events: events)
+        queue.register(ManualRunCondition(isSatisfied: false), as: "network")
+        #expect(try queue.restore().restored.count == 2)
+        // When the date comes while they wait
+        clock.advance(by: 10)
+        await queue.allOperationsFinished()
+        // Then both are in the failed area, payloads included, and nothing is left pending
+        let store = try ReadOnlyPersistentStore(directory: directory.store)
+        #expect(try store.pendingRecords().records.isEmpty)
+        let failed = try store.failedRecords().records
+        #expect(Set(failed.map(\.id)) == [notDue, gated])
+        #expect(failed.allSatisfy { !$0.payload.isEmpty && $0.failureReason?.contains("expired") == true })
+        #expect(try queue.counts().failed == 2)
+        queue.hub.flush()
+        #expect(!events.withLock { $0 }.contains { if case .storeError = $0 { true } else { false } })
+        #expect(Journal.lines(journal).isEmpty)
+    }
+
     @Test func restoreFailsWhatExpiredWhileTheAppWasNotRunningAndAReQueueDropsTheDate() async throws {
         // Given a store with an upload that expires in 10 s, a dependent of it, and one that
         // does not expire, left by a launch that ended before any ran

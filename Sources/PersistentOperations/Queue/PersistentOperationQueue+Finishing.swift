@@ -56,6 +56,9 @@ extension PersistentOperationQueue {
             do {
                 var failed = record
                 failed.lastErrorDescription = reason
+                // A restored operation that ends before it was built (it expired while it
+                // waited) has no payload in memory: the stored one goes with it.
+                if failed.payload.isEmpty { failed.payload = try store.readPending(id: id).payload }
                 _ = try store.moveToFailed(failed, reason: reason)
                 hub.emit(.failed(operationID, reason: reason))
             } catch {
