@@ -2,16 +2,6 @@ import Foundation
 import Testing
 @testable import PersistentOperations
 
-/// Waits (polling every millisecond, up to ten seconds) until `condition` holds.
-private func eventually(_ condition: () throws -> Bool) async throws -> Bool {
-    let deadline = Date().addingTimeInterval(10)
-    while Date() < deadline {
-        if try condition() { return true }
-        try await Task.sleep(for: .milliseconds(1))
-    }
-    return try condition()
-}
-
 @Suite("Persistent queue: attempt timeouts and expiration dates", .timeLimit(.minutes(1)))
 struct PersistentDeadlineTests {
     @Test func aHungAttemptTimesOutFreesItsSlotAndRetriesWithItsRecordUpdated() async throws {

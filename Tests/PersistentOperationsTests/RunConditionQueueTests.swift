@@ -2,16 +2,6 @@ import Foundation
 import Testing
 @testable import PersistentOperations
 
-/// Waits (polling every millisecond, up to `seconds`) until `condition` holds.
-private func eventually(seconds: TimeInterval = 10, _ condition: () throws -> Bool) async throws -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        if try condition() { return true }
-        try await Task.sleep(for: .milliseconds(1))
-    }
-    return try condition()
-}
-
 @Suite("Persistent queue: run conditions", .timeLimit(.minutes(2)))
 struct RunConditionQueueTests {
     @Test func anOperationWhoseConditionDoesNotHoldWaitsWithoutASlotAndStartsWhenItHolds() async throws {

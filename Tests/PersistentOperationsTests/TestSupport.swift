@@ -177,3 +177,14 @@ func recordFile(body: Data, version: UInt16 = 1) -> Data {
     file.append(body)
     return file
 }
+
+/// Waits (polling every millisecond, up to `seconds`) until `condition` holds; returns whether
+/// it does.
+func eventually(seconds: TimeInterval = 10, _ condition: () throws -> Bool) async throws -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        try await Task.sleep(for: .milliseconds(1))
+    }
+    return try condition()
+}
