@@ -147,15 +147,15 @@ struct PersistentDeadlineTests {
         let clock = ManualRetryScheduler()
         let events = Locked<[PersistentOperationEvent]>([])
         let journal = UUID().uuidString
-        var first: PersistentOperationQueue? = try QueueFixture.open(directory, clock: clock, suspended: true, events: events)
-        first!.register(ManualRunCondition(isSatisfied: false), as: "network")
-        let expiry = clock.now.addingTimeInterval(10)
-        let notDue = try first!.addOperation(ScriptedUpload(payload: UploadPayload(name: "not due", journal: journal)),
-                                             options: EnqueueOptions(notBefore: clock.now.addingTimeInterval(60), expirationDate: expiry)).id
-        let gated = try first!.addOperation(ScriptedUpload(payload: UploadPayload(name: "gated", journal: journal)),
-                                            options: EnqueueOptions(expirationDate: expiry, conditions: ["network"])).id
-        first!.close()
-        first = nil
+        let (notDue, gated) = try QueueFixture.earlierLaunch(directory, clock: clock, events: events) { first in
+            first.register(ManualRunCondition(isSatisfied: false), as: "network")
+            let expiry = clock.now.addingTimeInterval(10)
+            let notDue = try first.addOperation(ScriptedUpload(payload: UploadPayload(name: "not due", journal: journal)),
+                                                options: EnqueueOptions(notBefore: clock.now.addingTimeInterval(60), expirationDate: expiry)).id
+            let gated = try first.addOperation(ScriptedUpload(payload: UploadPayload(name: "gated", journal: journal)),
+                                               options: EnqueueOptions(expirationDate: expiry, conditions: ["network"])).id
+            return (notDue, gated)
+        }
         let queue = try QueueFixture.open(directory, clock: clock, events: events)
         queue.register(ManualRunCondition(isSatisfied: false), as: "network")
         #expect(try queue.restore().restored.count == 2)
@@ -184,14 +184,13 @@ struct PersistentDeadlineTests {
         func upload(_ name: String) -> ScriptedUpload {
             ScriptedUpload(payload: UploadPayload(name: name, journal: journal))
         }
-        var first: PersistentOperationQueue? = try QueueFixture.open(directory, clock: clock, suspended: true, events: events)
-        let expiring = upload("expiring")
-        expiring.expirationDate = clock.now.addingTimeInterval(10)
-        let dependent = upload("dependent")
-        dependent.addDependency(expiring)
-        let ids = try first!.addOperations([expiring, dependent, upload("keeper")])
-        first?.close()
-        first = nil
+        let ids = try QueueFixture.earlierLaunch(directory, clock: clock, events: events) { first in
+            let expiring = upload("expiring")
+            expiring.expirationDate = clock.now.addingTimeInterval(10)
+            let dependent = upload("dependent")
+            dependent.addDependency(expiring)
+            return try first.addOperations([expiring, dependent, upload("keeper")])
+        }
 
         // When the next launch restores after the date passed
         clock.advance(by: 11)

@@ -137,6 +137,17 @@ struct QueueFixture {
         return queue
     }
 
+    /// What an earlier launch left in `directory`: `body` adds to a suspended queue over it,
+    /// which is then closed (as if the app had ended before anything ran).
+    static func earlierLaunch<T>(
+        _ directory: TemporaryDirectory, clock: ManualRetryScheduler, events: Locked<[PersistentOperationEvent]>,
+        _ body: (PersistentOperationQueue) throws -> T
+    ) throws -> T {
+        let queue = try open(directory, clock: clock, suspended: true, events: events)
+        defer { queue.close() }
+        return try body(queue)
+    }
+
     func upload(_ name: String, _ steps: [UploadStep] = [.succeed], retryDelay: TimeInterval = 10) -> ScriptedUpload {
         ScriptedUpload(payload: UploadPayload(name: name, journal: journal, steps: steps, retryDelay: retryDelay))
     }
