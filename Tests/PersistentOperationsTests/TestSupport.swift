@@ -188,3 +188,14 @@ func eventually(seconds: TimeInterval = 10, _ condition: () throws -> Bool) asyn
     }
     return try condition()
 }
+
+/// Whether the tests run under Thread Sanitizer (`swift test --sanitize=thread`), which makes
+/// every memory access many times slower: the largest workloads are scaled down there.
+let isRunningUnderThreadSanitizer: Bool = {
+    #if canImport(Darwin)
+    let handle = UnsafeMutableRawPointer(bitPattern: -2)   // RTLD_DEFAULT
+    #else
+    let handle: UnsafeMutableRawPointer? = nil               // RTLD_DEFAULT
+    #endif
+    return dlsym(handle, "__tsan_init") != nil
+}()

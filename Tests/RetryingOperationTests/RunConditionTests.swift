@@ -55,7 +55,7 @@ struct RunConditionTests {
         let queue = OperationQueue()
         queue.addOperation(operation)
         #expect(operation.started.wait(timeout: .now() + 10) == .success)
-        while !operation.isWaitingToRetry { await Task.yield() }
+        while !operation.isWaitingToRetry { try? await Task.sleep(for: .milliseconds(1)) }
         online.isSatisfied = true
         #expect(await operation.finalOutcome.isSuccess)
         #expect(operation.numberOfAttempts == 2)
@@ -67,7 +67,7 @@ struct RunConditionTests {
         let operation = ConditionalOperation(condition: online)
         operation.start()
         #expect(operation.started.wait(timeout: .now() + 10) == .success)
-        while !operation.isWaitingToRetry { await Task.yield() }
+        while !operation.isWaitingToRetry { try? await Task.sleep(for: .milliseconds(1)) }
         operation.cancel()
         let outcome = await operation.finalOutcome
         #expect(outcome.description == "cancelled")
