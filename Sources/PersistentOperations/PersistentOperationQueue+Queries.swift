@@ -67,6 +67,47 @@ extension PersistentOperationQueue {
         state.withLock { Array($0.unknownTypeRecords.values) }.sorted { $0.id.rawValue < $1.id.rawValue }
     }
 
+    /// The earliest moment an operation of the queue is due to start an attempt: now (the
+    /// queue's clock) when one is due already, `nil` when none will become due by time alone.
+    ///
+    /// Counted: operations due now (waiting for a slot, or for run conditions — they may hold
+    /// when the app next runs), not-before dates, and the dates of retries waiting on a timer.
+    /// Not counted: attempts running now, operations waiting for their prerequisites (they
+    /// become due when those succeed), and retries waiting for a retry helper other than a
+    /// timer. Call it after ``restore()``: before, the records an earlier launch left are not
+    /// known yet. An app hands it to the system as the earliest start of its next background
+    /// run.
+    ///
+    /// ```swift
+    /// if let next = queue.nextDueDate {
+    ///     print("submit a background request for \(next)")
+    /// }
+    /// ```
+    public var nextDueDate: Date? {
+        let now = timer.now
+        return state.withLock { state -> Date? in
+            var earliest: Date?
+            for entry in state.entries.values {
+                let due: Date?
+                switch entry.phase {
+                case .ready, .queued, .waitingForConditions:
+                    due = now
+                case .scheduled:
+                    due = max(entry.record.dueDate ?? now, now)
+                case .waitingToRetry:
+                    due = entry.record.nextAttemptAt.map { max($0, now) }
+                case .running, .blocked:
+                    due = nil
+                }
+                if let due, due < (earliest ?? .distantFuture) {
+                    earliest = due
+                    if due == now { break }
+                }
+            }
+            return earliest
+        }
+    }
+
     /// How many operations the queue holds, by state, and how many records sit in the
     /// failed and quarantine areas.
     ///
