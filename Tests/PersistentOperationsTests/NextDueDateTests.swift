@@ -21,6 +21,7 @@ struct NextDueDateTests {
         #expect(fixture.queue.nextDueDate == now.addingTimeInterval(100))
         try fixture.queue.addOperation(fixture.upload("flaky", [.retry, .succeed], retryDelay: 30))
         #expect(try await eventually { fixture.queue.nextDueDate == now.addingTimeInterval(30) })
+        await fixture.clock.waitForTotalScheduledRetries(count: 2)   // the not-before date, then the retry timer
         // When the retry comes due and runs, the not-before date is next; the dependent,
         // waiting for its prerequisite, never counts
         fixture.clock.advance(by: 30)

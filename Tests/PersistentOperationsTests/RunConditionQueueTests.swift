@@ -33,8 +33,10 @@ struct RunConditionQueueTests {
         fixture.queue.register(network, as: "network")
         try fixture.queue.addOperation(fixture.upload("sync", [.retry, .succeed], retryDelay: 10), options: EnqueueOptions(conditions: ["network"]))
         #expect(try await eventually { try fixture.pendingRecords().first?.numberOfRetries == 1 })
+        await fixture.clock.waitForScheduledRetries(count: 1)   // the retry timer
         // The network goes away during the wait; the retry comes due
         network.isSatisfied = false
+        #expect(try await eventually { fixture.queue.state.withLock { $0.conditionStates["network"] } == false })
         fixture.clock.advance(by: 10)
         #expect(try await eventually { try fixture.queue.counts().waitingForConditions == 1 })
         #expect(fixture.lines == ["sync#1 retry=false retries=0"])
@@ -178,6 +180,26 @@ struct RunConditionQueueTests {
         network.isSatisfied = true
         await queue.allOperationsFinished()
         #expect(Journal.lines(journal) == ["upload#1 retry=false retries=0"])
+    }
+
+    @Test func aRetryWaitingForItsConditionAtTheExpirationDateFailsAsExpired() async throws {
+        let fixture = try QueueFixture()
+        let network = ManualRunCondition(isSatisfied: true)
+        fixture.queue.register(network, as: "network")
+        let upload = fixture.upload("sync", [.retry, .succeed], retryDelay: 10)
+        var options = EnqueueOptions(conditions: ["network"])
+        options.expirationDate = fixture.clock.now.addingTimeInterval(30)
+        try fixture.queue.addOperation(upload, options: options)
+        await fixture.clock.waitForTotalScheduledRetries(count: 2)   // the expiration, then the retry timer
+        network.isSatisfied = false
+        #expect(try await eventually { fixture.queue.state.withLock { $0.conditionStates["network"] } == false })
+        fixture.clock.advance(by: 10)   // the retry is due, and waits for the network
+        #expect(try await eventually { try fixture.queue.counts().waitingForConditions == 1 })
+        fixture.clock.advance(by: 20)   // the expiration date
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines == ["sync#1 retry=false retries=0"])
+        #expect((upload.outcome?.error as? RetryingOperationError)?.code == .expired)
+        #expect(try fixture.failedRecords().first?.failureReason?.contains("expired") == true)
     }
 
     @Test func theReadmesConditionExampleRunsTheUploadOnlyOnceTheNetworkIsBack() async throws {

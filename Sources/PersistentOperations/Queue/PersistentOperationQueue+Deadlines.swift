@@ -14,11 +14,13 @@ extension PersistentOperationQueue {
         RetryingOperationError(code: .expired, message: "the operation expired at \(date) before it succeeded")
     }
 
-    /// Arms the expiration timer of a tracked, scheduled entry whose record expires.
+    /// Arms the expiration timer of a tracked entry whose record expires. Also for an entry whose
+    /// first attempt already started (its slot came at once): a retry of it that waits for its
+    /// run conditions at the date is ended by the timer too.
     func armExpiry(of id: String, at date: Date) {
         let token = timer.schedule(at: date) { [weak self] in self?.expire(id) }
         let isStale = state.withLock { state -> Bool in
-            guard var entry = state.entries[id], !entry.hasStarted, entry.ending == nil else { return true }
+            guard var entry = state.entries[id], entry.ending == nil else { return true }
             entry.expiryTimer = token
             state.entries[id] = entry
             return false
