@@ -96,6 +96,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         var conditionStates: [String: Bool] = [:]
         /// The due entries waiting for each run condition that did not hold when they became due.
         var conditionWaiters: [String: Set<String>] = [:]
+        /// Entries that had to run alone and wait for a run condition: back in `isolation` when
+        /// released (see `+Conditions`).
+        var parkedIsolated: Set<String> = []
     }
 
     /// The queue the attempts run in.
@@ -177,6 +180,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
 
     deinit {
         witness?.end()
+        for registered in conditionProviders.withLock({ Array($0.values) }) {
+            registered.observation.cancel()
+        }
         hub.finishStreams()
     }
 

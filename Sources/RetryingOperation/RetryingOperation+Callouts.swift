@@ -28,6 +28,8 @@ extension RetryingOperation {
         case attemptTimedOut(attempt: Int)
         /// The expiration date passed during wait `generation`.
         case expirationReached(generation: UInt64)
+        /// The driver ends a wait (a due retry it has not admitted yet, included) with a failure.
+        case failWait(any Error)
     }
 
     /// Performs `callout` now if no other callout is running, otherwise queues it behind the
@@ -91,6 +93,8 @@ extension RetryingOperation {
             processAttemptTimeout(attempt)
         case .expirationReached(let generation):
             processExpiration(duringWait: generation)
+        case .failWait(let error):
+            processWaitFailure(error)
         }
     }
 }

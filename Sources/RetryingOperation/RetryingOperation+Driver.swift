@@ -90,6 +90,26 @@ extension RetryingOperation {
         }
     }
 
+    /// Ends the operation's wait for a retry — also a due retry the driver has not admitted yet
+    /// — by finishing it failed with `error`, without an attempt (a stored operation that expired
+    /// while its retry waited for a slot or its run conditions). Does nothing unless the
+    /// operation is waiting. The finish happens on a background thread.
+    package func failWait(with error: any Error) {
+        submitInBackground(.failWait(error))
+    }
+
+    /// The callout of ``failWait(with:)``.
+    func processWaitFailure(_ error: any Error) {
+        let isWaiting = machine.withLock { state -> Bool in
+            guard case .waiting = state.phase else { return false }
+            state.isAwaitingAdmission = false
+            return true
+        }
+        guard isWaiting else { return }
+        tearDownHelpers()
+        finish(.failed(error), wasExecuting: true)
+    }
+
     /// The shortest timer delay among `helpers`, if any is a ``TimerRetryHelper``.
     static func shortestTimerDelay(of helpers: [RetryHelper]) -> TimeInterval? {
         helpers.compactMap { ($0 as? TimerRetryHelper)?.retryDelay }.min()

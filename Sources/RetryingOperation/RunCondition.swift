@@ -151,9 +151,11 @@ public final class RunConditionRetryHelper: RetryHelper, @unchecked Sendable {
 }
 
 extension RetryingOperation {
-    /// A ``RunConditionRetryHelper`` of wait `generation` saw its condition hold.
+    /// A ``RunConditionRetryHelper`` of wait `generation` saw its condition hold. The retry
+    /// starts on a background thread, never on the thread that changed the condition (which may
+    /// hold locks an attempt takes).
     func conditionHelperFired(forWait generation: UInt64) {
-        timerFired(forWait: generation)
+        submitInBackground(.timerFired(generation: generation))
     }
 }
 

@@ -97,6 +97,12 @@ struct CrashAttributionTests {
         await second.queue.allOperationsFinished()
         #expect(second.lines.contains { $0.hasPrefix("gated#2") })
         #expect(try second.failedRecords().isEmpty)
+        // And released, it still runs alone: a crash during it would be its own
+        let alone = second.deliveredEvents().compactMap { event -> String? in
+            if case .runningAlone(let id, _) = event { return names[id] }
+            return nil
+        }
+        #expect(alone == ["plain", "gated"])
     }
 
     @Test func aPoisonOperationAmongOthersIsCaughtAndNoneOfTheOthersIsMovedAside() async throws {

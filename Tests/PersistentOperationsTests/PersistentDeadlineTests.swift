@@ -90,6 +90,24 @@ struct PersistentDeadlineTests {
         #expect(fixture.lines == ["blocker#1 retry=false retries=0"])
     }
 
+    @Test func aDependentThatExpiredIsNotStartedAgainWhenItsPrerequisiteFails() async throws {
+        // Given a dependent that expires while it waits for its prerequisite, which then fails
+        let fixture = try QueueFixture(maxConcurrent: 1)
+        let prerequisite = fixture.upload("prerequisite", [.hang])
+        let dependent = fixture.upload("dependent")
+        dependent.addDependency(prerequisite)
+        try fixture.queue.addOperation(prerequisite)
+        try fixture.queue.addOperation(dependent, options: EnqueueOptions(expirationDate: fixture.clock.now.addingTimeInterval(5)))
+        #expect(try await eventually { fixture.lines == ["prerequisite#1 retry=false retries=0"] })
+        fixture.clock.advance(by: 5)
+        fixture.queue.cancelAllOperations()
+        // Then the process survives, both end, and the dependent never ran
+        await fixture.queue.allOperationsFinished()
+        #expect(dependent.isFinished)
+        #expect(fixture.lines == ["prerequisite#1 retry=false retries=0"])
+        #expect(try fixture.pendingRecords().isEmpty)
+    }
+
     @Test func anOperationWaitingToRetryExpiresWithoutAnotherAttempt() async throws {
         let fixture = try QueueFixture()
         let upload = fixture.upload("flaky", [.retry, .succeed], retryDelay: 100)

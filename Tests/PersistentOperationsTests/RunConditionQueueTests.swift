@@ -202,6 +202,36 @@ struct RunConditionQueueTests {
         #expect(try fixture.failedRecords().first?.failureReason?.contains("expired") == true)
     }
 
+    @Test func aReleasedQueueStopsObservingItsConditions() throws {
+        let network = ManualRunCondition(isSatisfied: false)
+        do {
+            let fixture = try QueueFixture()
+            fixture.queue.register(network, as: "network")
+            #expect(network.observerCount == 1)
+        }
+        #expect(network.observerCount == 0)
+    }
+
+    @Test func aRetryWaitingForASlotAtItsExpirationDateFailsAtOnce() async throws {
+        // Given a serial queue busy with an attempt that never ends, and a retry of another
+        // operation that came due behind it; the second one expires while it waits for the slot
+        let fixture = try QueueFixture(maxConcurrent: 1)
+        let upload = fixture.upload("flaky", [.retry, .succeed], retryDelay: 10)
+        try fixture.queue.addOperation(upload, options: EnqueueOptions(expirationDate: fixture.clock.now.addingTimeInterval(30)))
+        #expect(try await eventually { try fixture.pendingRecords().first?.numberOfRetries == 1 })
+        await fixture.clock.waitForTotalScheduledRetries(count: 2)   // the expiration, then the retry timer
+        try fixture.queue.addOperation(fixture.upload("busy", [.hang]))
+        #expect(try await eventually { fixture.lines.contains("busy#1 retry=false retries=0") })
+        fixture.clock.advance(by: 10)   // the retry is due: it waits for the busy slot
+        #expect(try await eventually { fixture.queue.operations().contains { $0.state == .waitingToRetry && $0.numberOfRetries == 1 } })
+        fixture.clock.advance(by: 20)   // the expiration date
+        #expect(try await eventually { try fixture.failedRecords().count == 1 })
+        #expect((upload.outcome?.error as? RetryingOperationError)?.code == .expired)
+        #expect(!fixture.lines.contains { $0.hasPrefix("flaky#2") })
+        fixture.queue.cancelAllOperations()
+        await fixture.queue.allOperationsFinished()
+    }
+
     @Test func theReadmesConditionExampleRunsTheUploadOnlyOnceTheNetworkIsBack() async throws {
         let fixture = try QueueFixture()
         let queue = fixture.queue

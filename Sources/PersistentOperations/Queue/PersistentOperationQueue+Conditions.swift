@@ -76,6 +76,7 @@ extension PersistentOperationQueue {
                 if let other = firstUnmetCondition(of: entry, in: state) {
                     park(&entry, under: other, in: &state)
                 } else {
+                    if state.parkedIsolated.remove(id) != nil { state.isolation.append(id) }
                     hold(&entry, in: &state)
                 }
                 state.entries[id] = entry
@@ -94,19 +95,22 @@ extension PersistentOperationQueue {
     }
 
     /// Under the lock: parks a due entry until `condition` holds. An entry that had to run
-    /// alone leaves the isolation list (it runs later, with the rest), so the next one may run:
-    /// a caller that parked the list's head fills the slots again (see `parkedIsolationHead`).
+    /// alone leaves the isolation list while it waits, so the next one may run (a caller that
+    /// parked the list's head fills the slots again: `queueOrHoldRefilling`), and goes back to
+    /// the end of the list when released: it still runs alone.
     func park(_ entry: inout Entry, under condition: String, in state: inout State) {
         entry.phase = .waitingForConditions
         entry.parkedUnder = condition
         state.conditionWaiters[condition, default: []].insert(entry.record.id)
         if state.isolation.contains(entry.record.id) {
             endIsolation(of: entry.record.id, in: &state)
+            state.parkedIsolated.insert(entry.record.id)
         }
     }
 
     /// Under the lock: forgets that a forgotten entry waits for a condition.
     func unpark(_ entry: Entry, in state: inout State) {
+        state.parkedIsolated.remove(entry.record.id)
         guard let condition = entry.parkedUnder else { return }
         state.conditionWaiters[condition]?.remove(entry.record.id)
         if state.conditionWaiters[condition]?.isEmpty == true {

@@ -32,23 +32,30 @@ extension PersistentOperationQueue {
     func expire(_ id: String) {
         let now = timer.now
         enum Action {
-            case finishUnbuilt(RetryingOperationError)
+            case finishUnbuilt(RetryingOperationError, token: DueTimer.Token?, slot: AttemptSlot?)
             case finish(Operation, RetryingOperationError, token: DueTimer.Token?, slot: AttemptSlot?)
-            case admit(@Sendable () -> Void)
+            case failWait(RetryingOperation, RetryingOperationError, slot: AttemptSlot?)
         }
         let action = state.withLock { state -> Action? in
             guard var entry = state.entries[id], entry.ending == nil,
                   let date = entry.record.expiresAt, date <= now else { return nil }
             defer { state.entries[id] = entry }
             if entry.hasStarted {
-                // A retry that waits for its run conditions: admitted now, it finds its
-                // expiration date passed and fails without an attempt.
-                guard case .waitingForConditions = entry.phase, let admit = entry.pendingAdmission else { return nil }
-                unpark(entry, in: &state)
+                // A due retry not admitted yet — waiting for a slot or for its run conditions —
+                // fails now, without an attempt. (A retry waiting on its timer is ended by the
+                // operation's own expiration date; a running attempt may finish.)
+                guard entry.pendingAdmission != nil, let retrying = entry.operation as? RetryingOperation else { return nil }
+                var slot: AttemptSlot?
+                switch entry.phase {
+                case .queued(let queued): slot = queued
+                case .waitingForConditions: unpark(entry, in: &state)
+                case .ready: break   // `ready` skips an entry no longer ready
+                default: return nil
+                }
                 entry.parkedUnder = nil
                 entry.pendingAdmission = nil
                 entry.phase = .running(nil)
-                return .admit(admit)
+                return .failWait(retrying, Self.expiredError(at: date), slot: slot)
             }
             let error = Self.expiredError(at: date)
             entry.hasStarted = true
@@ -63,23 +70,26 @@ extension PersistentOperationQueue {
                 break   // `ready` skips an entry no longer ready; `forget` unparks it
             }
             entry.phase = .running(nil)
-            guard let operation = entry.operation else { return .finishUnbuilt(error) }
+            guard let operation = entry.operation else { return .finishUnbuilt(error, token: token, slot: slot) }
             return .finish(operation, error, token: token, slot: slot)
         }
         switch action {
         case nil:
             return
-        case .finishUnbuilt(let error):
+        case .finishUnbuilt(let error, let token, let slot):
             log(.info, "\(id): expired before it started")
+            token?.cancel()
+            slot?.cancel()
             operationFinished(id, outcome: .failed(error))
         case .finish(let operation, let error, let token, let slot):
             log(.info, "\(id): expired before it started")
             token?.cancel()
             slot?.cancel()
             finishWithoutAttempt(operation, failingWith: error)
-        case .admit(let admit):
-            log(.info, "\(id): expired while its retry waited for its run conditions")
-            admit()
+        case .failWait(let operation, let error, let slot):
+            log(.info, "\(id): expired while its due retry waited for a slot or its run conditions")
+            slot?.cancel()
+            operation.failWait(with: error)
         }
     }
 

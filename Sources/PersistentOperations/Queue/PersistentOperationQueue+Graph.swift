@@ -176,6 +176,9 @@ extension PersistentOperationQueue {
             var record: OperationRecord
             var operation: Operation?
             var cause: String
+            /// A cancel or an expiration is already finishing the operation: it must not be
+            /// started again, only its record settled.
+            var isAlreadyFinishing = false
         }
         let abandoned = state.withLock { state -> [Abandoned] in
             var order: [Abandoned] = []
@@ -185,12 +188,16 @@ extension PersistentOperationQueue {
                 let (id, cause) = queue[index]
                 index += 1
                 guard var entry = state.entries[id], entry.ending == nil else { continue }
+                let isAlreadyFinishing = entry.hasStarted && entry.operation != nil && {
+                    if case .running(nil) = entry.phase { return true }
+                    return false
+                }()
                 entry.ending = ending
                 entry.isRecordSettled = true
                 entry.hasStarted = true
                 entry.phase = .running(nil)
                 state.entries[id] = entry
-                order.append(Abandoned(id: id, record: entry.record, operation: entry.operation, cause: cause))
+                order.append(Abandoned(id: id, record: entry.record, operation: entry.operation, cause: cause, isAlreadyFinishing: isAlreadyFinishing))
                 for dependent in state.dependents.removeValue(forKey: id) ?? [] {
                     queue.append((dependent, id))
                 }
@@ -220,7 +227,7 @@ extension PersistentOperationQueue {
                 reportStoreError(item.id, "could not save that the operation ended with its prerequisite \(item.cause): \(error)")
             }
         }
-        for item in abandoned {
+        for item in abandoned where !item.isAlreadyFinishing {
             guard let operation = item.operation else {
                 forget(item.id)
                 continue
