@@ -106,7 +106,8 @@ private struct ManualObservation: RunConditionObservation {
 }
 
 /// A retry helper that ends a wait as soon as a ``RunCondition`` holds — at once if it already
-/// does — without polling.
+/// does — without polling. The retry starts on a background thread, never on the thread that
+/// changed the condition.
 ///
 /// ```swift
 /// let online = ManualRunCondition(isSatisfied: false)   // set by your reachability code

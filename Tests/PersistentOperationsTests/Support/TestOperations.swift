@@ -139,6 +139,7 @@ struct QueueFixture {
 
     /// What an earlier launch left in `directory`: `body` adds to a suspended queue over it,
     /// which is then closed (as if the app had ended before anything ran).
+    @discardableResult
     static func earlierLaunch<T>(
         _ directory: TemporaryDirectory, clock: ManualRetryScheduler, events: Locked<[PersistentOperationEvent]>,
         _ body: (PersistentOperationQueue) throws -> T
