@@ -213,10 +213,6 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         return prerequisites.isEmpty && batchID == nil && failedPrerequisite == nil ? 1 : 2
     }
 
-    /// Whether the record's expiration date is at or before `now`.
-    package func hasExpired(at now: Date) -> Bool {
-        expiresAt.map { $0 <= now } ?? false
-    }
 
     /// When the operation may next start: the later of its not-before and next-attempt
     /// dates, `nil` when it may start now.

@@ -89,6 +89,14 @@ extension PersistentOperationQueue {
         }
     }
 
+    /// Under the lock: parks a due entry whose conditions do not all hold, under the first that
+    /// does not; whether it did.
+    func parkUnlessConditionsHold(_ entry: inout Entry, in state: inout State) -> Bool {
+        guard !entry.record.conditions.isEmpty, let unmet = firstUnmetCondition(of: entry, in: state) else { return false }
+        park(&entry, under: unmet, in: &state)
+        return true
+    }
+
     /// Under the lock: the first of the entry's conditions that does not hold, if any.
     func firstUnmetCondition(of entry: Entry, in state: State) -> String? {
         entry.record.conditions.first { state.conditionStates[$0] != true }

@@ -56,10 +56,7 @@ extension PersistentOperationQueue {
             do {
                 var failed = record
                 failed.lastErrorDescription = reason
-                // A restored operation that ends before it was built (it expired while it
-                // waited) has no payload in memory: the stored one goes with it.
-                if failed.payload.isEmpty { failed.payload = try store.readPending(id: id).payload }
-                _ = try store.moveToFailed(failed, reason: reason)
+                try moveTrackedRecordToFailed(failed, reason: reason)
                 hub.emit(.failed(operationID, reason: reason))
             } catch {
                 reportStoreError(id, "could not save that the operation finished (\(outcome)); it runs again after a restore: \(error)")
@@ -218,6 +215,15 @@ extension PersistentOperationQueue {
                 DispatchQueue.global().async { operation.start() }
             }
         }
+    }
+
+    /// Moves a tracked entry's record to the failed area. An entry restored and not built yet
+    /// keeps no payload in memory (it expired, or its prerequisite failed, before it ran): the
+    /// stored payload goes with it.
+    func moveTrackedRecordToFailed(_ record: OperationRecord, reason: String) throws {
+        var record = record
+        if record.payload.isEmpty { record.payload = try store.readPending(id: record.id).payload }
+        _ = try store.moveToFailed(record, reason: reason)
     }
 
     func reportStoreError(_ id: String?, _ message: String) {

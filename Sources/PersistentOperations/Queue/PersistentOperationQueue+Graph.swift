@@ -219,8 +219,7 @@ extension PersistentOperationQueue {
                     let text = "prerequisite \(item.cause) failed for good\(because)"
                     failed.failedPrerequisite = item.cause
                     failed.lastErrorDescription = text
-                    if failed.payload.isEmpty { failed.payload = try store.readPending(id: item.id).payload }
-                    _ = try store.moveToFailed(failed, reason: text)
+                    try moveTrackedRecordToFailed(failed, reason: text)
                     hub.emit(.failed(operationID, reason: text))
                 }
             } catch {

@@ -219,36 +219,16 @@ extension PersistentOperationQueue {
     /// cannot be rebuilt (reported); the payload is decoded to check it, but the operation is
     /// built only when its first attempt starts.
     private func admitRestored(_ record: OperationRecord, suspect: CrashSuspect?, now: Date, into restored: inout [RestoredRecord], report: inout RestoreReport) {
-        let id = PersistentOperationID(record: record.id)
         if let suspect, suspect.crashes >= configuration.crashLoopLimit {
             let reason = "it crashed the process \(suspect.crashes) times while its attempt ran alone (crash-loop limit \(configuration.crashLoopLimit))"
-            do {
-                var failed = record
-                failed.attemptsInFlight = suspect.interruptedAttempts
-                _ = try store.moveToFailed(failed, reason: reason)
-                store.clearSuspect(forRecord: record.id)
-                report.movedToFailedAfterCrashes.append(id)
-                hub.emit(.failed(id, reason: reason))
-            } catch {
-                reportStoreError(record.id, "could not move a crash-looping record to the failed area; it was not run: \(error)")
-            }
+            failRestored(record, suspect: suspect, reason: reason, what: "a crash-looping record", listedIn: \.movedToFailedAfterCrashes, report: &report)
             return
         }
         if let expiresAt = record.expiresAt, expiresAt <= now {
             // Expired while the app was not running: it fails, and its dependents with it
             // (`settlePrerequisites` finds it in the failed area).
             let reason = String(describing: Self.expiredError(at: expiresAt))
-            do {
-                var failed = record
-                failed.lastErrorDescription = reason
-                failed.attemptsInFlight = suspect?.interruptedAttempts ?? 0
-                _ = try store.moveToFailed(failed, reason: reason)
-                if suspect != nil { store.clearSuspect(forRecord: record.id) }
-                report.expired.append(id)
-                hub.emit(.failed(id, reason: reason))
-            } catch {
-                reportStoreError(record.id, "could not move an expired record to the failed area; it was not run: \(error)")
-            }
+            failRestored(record, suspect: suspect, reason: reason, lastError: reason, what: "an expired record", listedIn: \.expired, report: &report)
             return
         }
         guard isRebuildable(record, report: &report) else { return }
@@ -258,6 +238,26 @@ extension PersistentOperationQueue {
             prerequisites: record.prerequisites, crashes: suspect?.crashes ?? 0, runsAlone: suspect?.runsAlone ?? false,
             expiresAt: record.expiresAt, conditions: record.conditions
         ))
+    }
+
+    /// Moves a restored record that must not run to the failed area with `reason` (with the
+    /// attempts its suspect file counted, which goes), and lists it in `list` of the report.
+    private func failRestored(
+        _ record: OperationRecord, suspect: CrashSuspect?, reason: String, lastError: String? = nil, what: String,
+        listedIn list: WritableKeyPath<RestoreReport, [PersistentOperationID]>, report: inout RestoreReport
+    ) {
+        let id = PersistentOperationID(record: record.id)
+        do {
+            var failed = record
+            failed.attemptsInFlight = suspect?.interruptedAttempts ?? 0
+            if let lastError { failed.lastErrorDescription = lastError }
+            _ = try store.moveToFailed(failed, reason: reason)
+            if suspect != nil { store.clearSuspect(forRecord: record.id) }
+            report[keyPath: list].append(id)
+            hub.emit(.failed(id, reason: reason))
+        } catch {
+            reportStoreError(record.id, "could not move \(what) to the failed area; it was not run: \(error)")
+        }
     }
 
     /// Whether a readable pending record's type is registered and its payload decodes;

@@ -19,10 +19,7 @@ extension PersistentOperationQueue {
     /// Under the lock: gives a due entry a slot when the `OperationQueue` has room for one,
     /// or puts it in `ready` until it has.
     func queueOrHold(_ entry: inout Entry, in state: inout State, window: Int) -> AttemptSlot? {
-        if !entry.record.conditions.isEmpty, let unmet = firstUnmetCondition(of: entry, in: state) {
-            park(&entry, under: unmet, in: &state)
-            return nil
-        }
+        if parkUnlessConditionsHold(&entry, in: &state) { return nil }
         guard state.slotsInQueue < window, isolationAllows(entry.record.id, in: state) else {
             hold(&entry, in: &state)
             return nil
@@ -111,10 +108,8 @@ extension PersistentOperationQueue {
                 return .release
             }
             defer { state.entries[slot.recordID] = entry }
-            if !entry.record.conditions.isEmpty, let unmet = firstUnmetCondition(of: entry, in: state) {
-                // A condition stopped holding while the slot waited: no attempt starts.
-                park(&entry, under: unmet, in: &state)
-                return .release
+            if parkUnlessConditionsHold(&entry, in: &state) {
+                return .release   // a condition stopped holding while the slot waited
             }
             entry.phase = .running(slot)
             if !entry.hasStarted {
