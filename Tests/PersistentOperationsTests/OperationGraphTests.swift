@@ -218,10 +218,13 @@ struct OperationGraphTests {
         let ids = try fixture.queue.addOperations([album, photo, publish])
         await fixture.queue.allOperationsFinished()
         #expect(try fixture.failedRecords().count == 3)
-        // When only the album is re-queued
+        // When only the album is re-queued (the queue suspended, so that the album cannot run
+        // and release its dependents before they are looked at)
+        fixture.queue.isSuspended = true
         try fixture.queue.retryFailedOperation(withID: ids[0])
         // Then its dependents come back with it, waiting for it, and all run in order
         #expect(fixture.queue.operation(withID: ids[1])?.state == .waitingForPrerequisites)
+        fixture.queue.isSuspended = false
         await fixture.queue.allOperationsFinished()
         #expect(try fixture.failedRecords().isEmpty)
         #expect(Array(fixture.lines.suffix(3)) == ["album#2 retry=true retries=0", "photo#1 retry=false retries=0", "publish ran"])
