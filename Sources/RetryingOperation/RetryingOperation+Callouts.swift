@@ -26,6 +26,8 @@ extension RetryingOperation {
         case applyRequestedRetry([RetryHelper]?)
         /// The timeout of asynchronous attempt `attempt` passed.
         case attemptTimedOut(attempt: Int)
+        /// The driver stops asynchronous attempt `attempt` (a bounded run ended).
+        case attemptStopped(attempt: Int)
         /// The expiration date passed during wait `generation`.
         case expirationReached(generation: UInt64)
         /// The driver ends a wait (a due retry it has not admitted yet, included) with a failure.
@@ -91,6 +93,8 @@ extension RetryingOperation {
             applyRequestedRetry(helpers)
         case .attemptTimedOut(let attempt):
             processAttemptTimeout(attempt)
+        case .attemptStopped(let attempt):
+            processAttemptStop(attempt)
         case .expirationReached(let generation):
             processExpiration(duringWait: generation)
         case .failWait(let error):

@@ -40,6 +40,10 @@ extension RetryingOperation {
         /// The attempt ran longer than ``RetryPolicy/attemptTimeout``. It ends as a counted
         /// retry with a ``RetryingOperationError/Code-swift.struct/attemptTimedOut`` error.
         public static let timedOut = AbandonReason(rawValue: "timedOut")
+        /// The attempt was stopped from outside: a `PersistentOperationQueue` bounded run
+        /// ended (its deadline passed, or the app's background time expired). It ends as an
+        /// *uncounted* retry that runs again later, passed `isRetry: true`.
+        public static let stopped = AbandonReason(rawValue: "stopped")
 
         public var description: String { rawValue }
     }
@@ -174,6 +178,65 @@ extension RetryingOperation {
         log(.warning, "attempt \(attempt) ran longer than its timeout of \(timeout.map { "\($0)" } ?? "?") s; abandoned")
         abandonBaseOperation(.timedOut)
         processAttemptEnd(Self.timedOutEnd(attempt: attempt, timeout: timeout))
+    }
+
+    // MARK: Stopping
+
+    /// Stops the running attempt, if any, without spending the retry budget: the attempt ends
+    /// as an uncounted retry due at once (error ``RetryingOperationError/Code-swift.struct/attemptStopped``),
+    /// and ``abandonBaseOperation(_:)`` is called with ``AbandonReason/stopped``. Returns whether
+    /// an attempt was running. An asynchronous attempt ends at once (its late
+    /// `baseOperationEnded` is ignored like a timed-out one's); a synchronous one holds its
+    /// thread, so the hook is called now and the attempt ends when it returns — as a success
+    /// if it reports one, otherwise as the uncounted retry.
+    @discardableResult
+    package func stopAttempt() -> Bool {
+        if isAsynchronous {
+            let attempt = machine.withLock { state -> Int? in
+                state.phase.isRunningAttempt ? state.numberOfAttempts : nil
+            }
+            guard let attempt else { return false }
+            // In the background: the caller (the queue) must not run the operation's callouts.
+            submitInBackground(.attemptStopped(attempt: attempt))
+            return true
+        }
+        let isRunning = machine.withLock { state -> Bool in
+            guard state.phase.isRunningAttempt, !state.synchronousAttemptStopped else { return false }
+            state.synchronousAttemptStopped = true
+            return true
+        }
+        guard isRunning else { return false }
+        log(.info, "synchronous attempt stopped from outside; unless it succeeds, it ends as an uncounted retry")
+        abandonBaseOperation(.stopped)
+        return true
+    }
+
+    /// The callout of ``stopAttempt()`` for an asynchronous attempt.
+    func processAttemptStop(_ attempt: Int) {
+        let isRunning = machine.withLock { state -> Bool in
+            guard state.numberOfAttempts == attempt, state.phase.isRunningAttempt else { return false }
+            state.phase = .running(hasEnded: true)
+            state.abandonedAttemptsOwingEnd += 1
+            return true
+        }
+        guard isRunning else { return }
+        let timer = machine.withLock { state -> (any ScheduledRetry)? in
+            defer { state.attemptTimer = nil }
+            return state.attemptTimer
+        }
+        timer?.cancel()
+        log(.info, "attempt \(attempt) stopped from outside; it ends as an uncounted retry")
+        abandonBaseOperation(.stopped)
+        processAttemptEnd(Self.stoppedEnd(attempt: attempt))
+    }
+
+    /// The end of an attempt stopped from outside: an uncounted retry, due at once.
+    static func stoppedEnd(attempt: Int) -> AttemptEnd {
+        let error = RetryingOperationError(
+            code: .attemptStopped,
+            message: "attempt \(attempt) was stopped before it ended (a bounded run ended); it runs again, as an uncounted retry"
+        )
+        return .retry(after: .delay(0), counted: false, enforcesLimit: false, error: error)
     }
 
     /// The end of an attempt that passed its timeout: a counted retry the policy decides on.

@@ -81,6 +81,9 @@ struct MachineState: Sendable {
     /// The running synchronous attempt passed its timeout: however it ends, it ends as
     /// timed out (its thread cannot be taken back, so it is not abandoned early).
     var synchronousAttemptTimedOut = false
+    /// The running synchronous attempt was stopped by its driver (a bounded run ended): unless
+    /// it succeeds, it ends as an uncounted retry.
+    var synchronousAttemptStopped = false
     /// Attempts abandoned at their timeout whose own `baseOperationEnded` has not come yet.
     var abandonedAttemptsOwingEnd = 0
 }
@@ -136,6 +139,7 @@ extension RetryingOperation {
             state.numberOfAttempts += 1
             state.phase = .running(hasEnded: false)
             state.synchronousAttemptTimedOut = false
+            state.synchronousAttemptStopped = false
             return (state.numberOfAttempts, state.numberOfRetries, isRetry || state.resumesAsRetry, state.driver, state.logHandler,
                     state.retryPolicy.attemptTimeout, state.retryScheduler)
         }
@@ -196,6 +200,9 @@ extension RetryingOperation {
             if state.synchronousAttemptTimedOut {
                 state.synchronousAttemptTimedOut = false
                 end = Self.timedOutEnd(attempt: state.numberOfAttempts, timeout: state.retryPolicy.attemptTimeout)
+            } else if state.synchronousAttemptStopped {
+                state.synchronousAttemptStopped = false
+                if case .succeeded = end {} else { end = Self.stoppedEnd(attempt: state.numberOfAttempts) }
             }
             let timer = state.attemptTimer
             state.attemptTimer = nil

@@ -34,6 +34,9 @@ public struct RetryingOperationError: Error, CustomStringConvertible, Sendable {
         /// The operation's ``RetryingOperation/expirationDate`` passed before it succeeded:
         /// no attempt starts after it.
         public static let expired = Code(rawValue: "expired")
+        /// The attempt was stopped from outside — a persistent queue's bounded run ended — and
+        /// ends as an uncounted retry: the error of that retry, not of an outcome.
+        public static let attemptStopped = Code(rawValue: "attemptStopped")
 
         public var description: String { rawValue }
     }
