@@ -89,6 +89,34 @@ public struct EnqueueOptions: Sendable, Hashable {
     ///                        options: EnqueueOptions(conditions: ["network"]))
     /// ```
     public var conditions: Set<String>
+    /// Makes the operation periodic: after each period ends, its record is not removed but
+    /// rescheduled for the next one. Default: `nil` (runs once).
+    ///
+    /// The first period starts at ``notBefore`` (or at once); period *n* targets
+    /// `first + n × interval` — measured from the schedule, not from when a run ended, so the
+    /// series does not drift — and may start from `flex` seconds before its target. Each
+    /// period runs a new instance built from the stored payload, its first attempt passed
+    /// `isRetry: false`; a failed attempt is retried by the operation's policy. When a period
+    /// ends — succeeded, or failed for good (the retry limit, a non-retriable error) — the
+    /// series goes on (``PersistentOperationEvent/periodEnded(_:failure:nextPeriodAt:)``): the
+    /// next period is the first target after that moment. So after a long downtime, or when
+    /// retries outlast the interval, the missed periods run **once**, not once each. A restored
+    /// series keeps its next date: launching the app does not run it.
+    ///
+    /// Cancelling the operation (``PersistentOperationQueue/cancelOperation(withID:)``, by tag, or a
+    /// ``UniqueKeyPolicy/replaceExisting`` add) ends the series, as does its
+    /// ``expirationDate`` and crash-loop protection. A periodic operation cannot have
+    /// prerequisites or be one, and cannot be added with
+    /// ``PersistentOperationQueue/addOperations(_:options:)``. A unique key names the series:
+    /// at most one series holds it.
+    ///
+    /// ```swift
+    /// // A catalogue refresh every hour, at the earliest 10 minutes before the hour is up.
+    /// try queue.addOperation(RefreshCatalogue(payload: .init()),
+    ///                        options: EnqueueOptions(uniqueKey: "catalogue",
+    ///                                                repeating: .every(3600, flex: 600)))
+    /// ```
+    public var repeating: RepeatSchedule?
 
     /// Creates options; every parameter defaults to "no constraint".
     public init(
@@ -97,7 +125,8 @@ public struct EnqueueOptions: Sendable, Hashable {
         uniqueKey: String? = nil,
         ifUniqueKeyExists: UniqueKeyPolicy = .keepExisting,
         expirationDate: Date? = nil,
-        conditions: Set<String> = []
+        conditions: Set<String> = [],
+        repeating: RepeatSchedule? = nil
     ) {
         self.notBefore = notBefore
         self.tags = tags
@@ -105,6 +134,46 @@ public struct EnqueueOptions: Sendable, Hashable {
         self.ifUniqueKeyExists = ifUniqueKeyExists
         self.expirationDate = expirationDate
         self.conditions = conditions
+        self.repeating = repeating
+    }
+}
+
+/// How a periodic operation repeats (``EnqueueOptions/repeating``): every ``interval``
+/// seconds, each period starting at the earliest ``flex`` seconds before its target.
+///
+/// ```swift
+/// let hourly = RepeatSchedule.every(3600)               // at each target
+/// let relaxed = RepeatSchedule.every(3600, flex: 900)   // up to 15 minutes early
+/// ```
+public struct RepeatSchedule: Sendable, Hashable, Codable {
+    /// Seconds between the targets of consecutive periods; finite and greater than 0.
+    public var interval: TimeInterval
+    /// How many seconds before its target a period may start; between 0 and ``interval``.
+    ///
+    /// The queue starts a period as soon as its window opens, so in a foreground app a
+    /// period starts `flex` seconds before its target. The window is what lets a background
+    /// run (``PersistentOperationQueue/startBoundedRun(until:stopGracePeriod:)``) that the
+    /// system grants a little early take the period in, and
+    /// ``PersistentOperationQueue/nextDueDate`` reports the window's start. The next target
+    /// is measured from this one, not from when the period ran.
+    public var flex: TimeInterval
+
+    /// A schedule of `interval` seconds with a window of `flex` seconds before each target.
+    public init(interval: TimeInterval, flex: TimeInterval = 0) {
+        self.interval = interval
+        self.flex = flex
+    }
+
+    /// A schedule of `interval` seconds with a window of `flex` seconds before each target.
+    public static func every(_ interval: TimeInterval, flex: TimeInterval = 0) -> RepeatSchedule {
+        RepeatSchedule(interval: interval, flex: flex)
+    }
+
+    /// Why the schedule cannot be used, or `nil`.
+    var problem: String? {
+        guard interval.isFinite, interval > 0 else { return "the repeat interval must be a finite number of seconds greater than 0 (it is \(interval))" }
+        guard flex.isFinite, flex >= 0, flex <= interval else { return "the flex window must be between 0 and the interval, \(interval) s (it is \(flex))" }
+        return nil
     }
 }
 

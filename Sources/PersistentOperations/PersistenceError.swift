@@ -63,6 +63,10 @@ public struct PersistenceError: Error, CustomStringConvertible, Sendable {
         /// An operation was added with a run condition no provider is registered for; call
         /// ``PersistentOperationQueue/register(_:as:)`` first.
         public static let unknownCondition = Code("unknownCondition")
+        /// The enqueue options cannot be used as given: a ``RepeatSchedule`` whose interval is
+        /// not positive or whose flex is outside `0...interval`, or a periodic operation added
+        /// with `addOperations`.
+        public static let invalidOptions = Code("invalidOptions")
     }
 
     /// The kind of failure.

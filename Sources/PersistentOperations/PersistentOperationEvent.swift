@@ -30,6 +30,11 @@ public enum PersistentOperationEvent: Sendable, Hashable {
     case retryScheduled(PersistentOperationID, isCounted: Bool, numberOfRetries: Int, nextAttemptAt: Date?)
     /// The operation succeeded; its record was removed.
     case succeeded(PersistentOperationID)
+    /// A period of a periodic operation (``EnqueueOptions/repeating``) ended — succeeded, or
+    /// failed for good when `failure` is set — and its record was rescheduled: the next period
+    /// may start at `nextPeriodAt` (its window's start). The series goes on either way;
+    /// ``succeeded(_:)`` and ``failed(_:reason:)`` are not sent for a period.
+    case periodEnded(PersistentOperationID, failure: String?, nextPeriodAt: Date)
     /// The operation failed for good; its record was moved to the failed area.
     case failed(PersistentOperationID, reason: String)
     /// The operation was cancelled; its record was removed.

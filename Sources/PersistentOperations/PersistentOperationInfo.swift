@@ -44,8 +44,19 @@ public struct PersistentOperationInfo: Sendable {
     public var priority: Operation.QueuePriority
     /// When it was first added.
     public var enqueuedAt: Date
-    /// The not-before date it was added with.
+    /// The not-before date it was added with; for a periodic operation, the start of its
+    /// current period's window.
     public var notBefore: Date?
+    /// How it repeats, for a periodic operation (``EnqueueOptions/repeating``); `nil` otherwise.
+    public var repeating: RepeatSchedule? = nil
+    /// For a periodic operation, the target of its current period (it may start from
+    /// ``notBefore``, the window's start).
+    public var periodTarget: Date? = nil
+    /// For a periodic operation, how many periods have ended (succeeded or failed).
+    public var completedPeriods = 0
+    /// The description of the error that ended the last attempt (or, for a periodic operation
+    /// between periods, the failure of the last period), when there was one.
+    public var lastErrorDescription: String? = nil
     /// No attempt starts at or after this date (``EnqueueOptions/expirationDate``).
     public var expirationDate: Date? = nil
     /// The run conditions that must all hold before an attempt starts

@@ -51,6 +51,9 @@ extension PersistentOperationQueue {
     @discardableResult
     public func addOperations(_ operations: [any PersistentOperation], options: EnqueueOptions) throws -> [PersistentOperationID] {
         precondition(options.uniqueKey == nil, "addOperations(_:options:) takes no unique key; add operations with a unique key one at a time")
+        if options.repeating != nil {
+            throw PersistenceError(.invalidOptions, "addOperations(_:options:) cannot add periodic operations (options.repeating); add each series with addOperation(_:options:).")
+        }
         guard !operations.isEmpty else { return [] }
         var batch: [ObjectIdentifier: String] = [:]
         for operation in operations {

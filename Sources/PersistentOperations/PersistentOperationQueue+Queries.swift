@@ -173,6 +173,10 @@ extension PersistentOperationQueue {
                 )
                 info.expirationDate = record.expiresAt
                 info.conditions = Set(record.conditions)
+                info.repeating = record.repeatInterval.map { RepeatSchedule(interval: $0, flex: record.repeatFlex) }
+                info.periodTarget = record.periodTarget
+                info.completedPeriods = record.completedPeriods
+                info.lastErrorDescription = record.lastErrorDescription
                 return info
             }
     }

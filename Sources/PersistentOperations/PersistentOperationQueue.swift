@@ -99,6 +99,13 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         /// Entries that had to run alone and wait for a run condition: back in `isolation` when
         /// released (see `+Conditions`).
         var parkedIsolated: Set<String> = []
+        /// Periodic entries between two periods (see `+Periodic`): the queue counts as idle
+        /// when these are all it holds.
+        var seriesBetweenPeriods: Set<String> = []
+
+        /// Whether every entry left is a periodic series waiting for its next period: what
+        /// `waitUntilAllOperationsAreFinished()` waits for.
+        var isIdle: Bool { entries.count == seriesBetweenPeriods.count }
     }
 
     /// The queue the attempts run in.
@@ -114,6 +121,8 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     let state = Locked(State())
     /// The registered run condition providers and their observations, by name.
     let conditionProviders = Locked<[String: RegisteredCondition]>([:])
+    /// The active bounded runs (see `+BoundedRuns`).
+    let runs = Locked<[ObjectIdentifier: BoundedRun]>([:])
     /// Where the providers' change reports are handled, one at a time and in order.
     let conditionQueue = DispatchQueue(label: "PersistentOperationQueue.conditions")
     /// Serialises adds that carry a unique key, so two cannot both see the key free.
@@ -272,6 +281,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         let typeIdentifier = Op.persistenceIdentifier
         try checkRegistered(typeIdentifier, of: Op.self)
         try checkConditionsRegistered(options.conditions)
+        if let repeating = options.repeating {
+            try checkRepeatSchedule(repeating, of: operation)
+        }
         try checkOpen()
         let payload = try RecordFormat.encodePayload(operation.payload)
 
@@ -365,20 +377,25 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         options: EnqueueOptions, prerequisites: [String], batchID: String? = nil
     ) -> OperationRecord {
         let expirations = [options.expirationDate, (operation as? RetryingOperation)?.expirationDate].compactMap { $0 }
+        let now = timer.now
         return OperationRecord(
             id: id,
             typeIdentifier: typeIdentifier,
             payload: payload,
             priority: operation.queuePriority.rawValue,
             enqueueSequence: store.nextEnqueueSequence(),
-            enqueuedAt: timer.now,
+            enqueuedAt: now,
             notBefore: options.notBefore,
             tags: options.tags.sorted(),
             uniqueKey: options.uniqueKey,
             prerequisites: prerequisites,
             batchID: batchID,
             expiresAt: expirations.min(),
-            conditions: options.conditions.sorted()
+            conditions: options.conditions.sorted(),
+            repeatInterval: options.repeating?.interval,
+            repeatFlex: options.repeating?.flex ?? 0,
+            // The first period targets its not-before date, or now.
+            periodTarget: options.repeating.map { _ in options.notBefore ?? now }
         )
     }
 
@@ -386,6 +403,8 @@ public final class PersistentOperationQueue: @unchecked Sendable {
 
     /// Blocks until every operation of the queue has finished and its record has been
     /// removed or moved, including operations waiting for a retry or a not-before date.
+    /// A periodic series (``EnqueueOptions/repeating``) counts only while a period is due or
+    /// runs: between periods it does not keep this waiting.
     ///
     /// Records of unregistered types never run and are not waited for. From async code,
     /// use ``allOperationsFinished()``.
@@ -398,7 +417,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     public func waitUntilAllOperationsAreFinished() {
         finishedCondition.lock()
         defer { finishedCondition.unlock() }
-        while state.withLock({ !$0.entries.isEmpty }) {
+        while state.withLock({ !$0.isIdle }) {
             finishedCondition.wait()
         }
     }
@@ -467,6 +486,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// ```
     public func close() {
         state.withLock { $0.isClosed = true }
+        endRunsForClose()
         // The run conditions stop calling a queue that no longer starts anything.
         let observations = conditionProviders.withLock { providers in providers.values.map(\.observation) }
         for observation in observations { observation.cancel() }

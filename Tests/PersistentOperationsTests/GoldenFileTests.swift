@@ -94,6 +94,28 @@ struct GoldenFileTests {
         ),
     ]
 
+    /// The record the version 4 golden file was generated from: a periodic series between
+    /// periods, with a flex window, after a failed period.
+    static let version4Records: [String: OperationRecord] = [
+        "v4-periodic.record": OperationRecord(
+            id: "44444444-5555-4666-8777-888888888888",
+            typeIdentifier: "com.example.refresh",
+            payload: Data([0x62, 0x70, 0x6C, 0x69, 0x73, 0x74, 0x30, 0x30, 0x02]),
+            priority: 4,
+            enqueueSequence: 34,
+            enqueuedAt: Date(timeIntervalSinceReferenceDate: 760_000_000),
+            notBefore: Date(timeIntervalSinceReferenceDate: 760_010_200),
+            tags: ["refresh"],
+            uniqueKey: "catalogue",
+            lastErrorDescription: "503 server busy",
+            expiresAt: Date(timeIntervalSinceReferenceDate: 790_000_000),
+            repeatInterval: 3_600,
+            repeatFlex: 600,
+            periodTarget: Date(timeIntervalSinceReferenceDate: 760_010_800),
+            completedPeriods: 3
+        ),
+    ]
+
     /// The payload the version 1 payload golden file holds.
     struct GoldenPayload: Codable, Equatable {
         var name: String
@@ -180,6 +202,29 @@ struct GoldenFileTests {
         #expect(try RecordFormat.encode(expected) == golden)
     }
 
+    @Test(arguments: version4Records.keys.sorted())
+    func aVersion4GoldenFileDecodesToItsRecordAndIsWrittenTheSame(name: String) throws {
+        let golden = try Data(contentsOf: try Self.fixtureURL(name))
+        let expected = try #require(Self.version4Records[name])
+        let record = try RecordFormat.decode(golden)
+        #expect(record.formatVersion == 4)
+        #expect(record.repeatInterval == 3_600 && record.repeatFlex == 600 && record.completedPeriods == 3)
+        #expect(record.periodTarget == expected.periodTarget)
+        #expect(record == expected)
+        #expect(try RecordFormat.encode(expected) == golden)
+    }
+
+    @Test func onlyAPeriodicRecordIsWrittenAsVersion4() throws {
+        // A reader of version 3 would remove a series after one run: it must see a newer version.
+        var record = try #require(Self.version3Records["v3-expiring.record"])
+        #expect(try RecordFormat.encode(record)[9] == 3)
+        record.repeatInterval = 60
+        record.periodTarget = record.enqueuedAt
+        let file = try RecordFormat.encode(record)
+        #expect(file[8] == 0 && file[9] == 4)
+        #expect(try RecordFormat.decode(file).repeatInterval == 60)
+    }
+
     @Test func onlyARecordWithAnExpirationDateIsWrittenAsVersion3() throws {
         // A reader of version 2 would run an expired record: it must see a newer version.
         var record = try #require(Self.version2Records["v2-dependent.record"])
@@ -216,6 +261,7 @@ struct GoldenFileTests {
         let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures")
         let all = Self.version1Records.merging(Self.version2Records, uniquingKeysWith: { first, _ in first })
             .merging(Self.version3Records, uniquingKeysWith: { first, _ in first })
+            .merging(Self.version4Records, uniquingKeysWith: { first, _ in first })
         for (name, record) in all {
             guard !FileManager.default.fileExists(atPath: fixtures.appendingPathComponent(name).path) else { continue }   // released files are frozen
             try RecordFormat.encode(record).write(to: fixtures.appendingPathComponent(name))

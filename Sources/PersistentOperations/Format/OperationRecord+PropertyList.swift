@@ -30,6 +30,12 @@ extension OperationRecord {
             entries["expiresAt"] = expiresAt.map { .date($0) }
             if !conditions.isEmpty { entries["conditions"] = .array(conditions.map { .string($0) }) }
         }
+        if formatVersion >= 4, let repeatInterval {
+            entries["repeatInterval"] = .real(repeatInterval)
+            if repeatFlex != 0 { entries["repeatFlex"] = .real(repeatFlex) }
+            entries["periodTarget"] = periodTarget.map { .date($0) }
+            if completedPeriods != 0 { entries["completedPeriods"] = .integer(Int64(completedPeriods)) }
+        }
         return .dictionary(entries)
     }
 
@@ -83,6 +89,24 @@ extension OperationRecord {
         }
         let expiresAt = formatVersion >= 3 ? try optional("expiresAt", \.dateValue) : nil
         let conditions = formatVersion >= 3 ? try optional("conditions", strings) ?? [] : []
+        var repeatInterval: Double?
+        var repeatFlex = 0.0
+        var periodTarget: Date?
+        var completedPeriods = 0
+        if formatVersion >= 4 {
+            repeatInterval = try optional("repeatInterval", \.realValue)
+            repeatFlex = try optional("repeatFlex", \.realValue) ?? 0
+            periodTarget = try optional("periodTarget", \.dateValue)
+            completedPeriods = try optional("completedPeriods", \.intValue) ?? 0
+            if let interval = repeatInterval {
+                guard interval.isFinite, interval > 0 else { throw Self.invalid("field \"repeatInterval\" is not a positive number of seconds") }
+                guard repeatFlex.isFinite, repeatFlex >= 0, repeatFlex <= interval else {
+                    throw Self.invalid("field \"repeatFlex\" is not between 0 and the interval")
+                }
+                guard periodTarget != nil else { throw Self.invalid("field \"periodTarget\" is missing from a periodic record") }
+            }
+            guard completedPeriods >= 0 else { throw Self.invalid("field \"completedPeriods\" is negative") }
+        }
         self.init(
             id: id,
             typeIdentifier: try required("typeIdentifier", \.stringValue),
@@ -103,7 +127,11 @@ extension OperationRecord {
             batchID: batchID,
             failedPrerequisite: failedPrerequisite,
             expiresAt: expiresAt,
-            conditions: conditions
+            conditions: conditions,
+            repeatInterval: repeatInterval,
+            repeatFlex: repeatFlex,
+            periodTarget: periodTarget,
+            completedPeriods: completedPeriods
         )
         self.formatVersion = formatVersion
     }

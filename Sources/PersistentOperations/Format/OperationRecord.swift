@@ -57,9 +57,24 @@ import Foundation
 /// A record with an expiration date or conditions is written in version 3, so that an older
 /// reader (which would run it after it expired, or while a condition is unmet) leaves it alone
 /// as a newer format.
+///
+/// ## Format version 4
+///
+/// Version 4 adds periodic operations. Its keys are those of version 3 and:
+///
+/// | Key | Type | Meaning |
+/// |---|---|---|
+/// | `repeatInterval` | real? | Seconds between the targets of consecutive periods; set for a periodic operation only. |
+/// | `repeatFlex` | real? | Seconds before each period's target from which that period may start (0 when absent). |
+/// | `periodTarget` | date? | The target of the current period; the next one is a whole number of intervals later. |
+/// | `completedPeriods` | integer? | Periods that have ended, succeeded or failed (0 when absent). |
+///
+/// While a period waits, `notBefore` is its window's start (`periodTarget - repeatFlex`). A
+/// periodic record is written in version 4, so that an older reader (which would remove it
+/// after one run) leaves it alone as a newer format.
 package struct OperationRecord: Codable, Sendable, Equatable {
     /// The newest record format version this library writes and reads.
-    package static let currentFormatVersion = 3
+    package static let currentFormatVersion = 4
     /// The format versions this library reads.
     package static let readableFormatVersions = 1...currentFormatVersion
 
@@ -108,6 +123,14 @@ package struct OperationRecord: Codable, Sendable, Equatable {
     package var expiresAt: Date?
     /// The run conditions that must all hold before an attempt starts, sorted (version 3).
     package var conditions: [String]
+    /// Seconds between consecutive periods' targets; `nil` unless the operation is periodic (version 4).
+    package var repeatInterval: Double?
+    /// Seconds before a period's target from which it may start (version 4).
+    package var repeatFlex: Double
+    /// The target of the current period of a periodic operation (version 4).
+    package var periodTarget: Date?
+    /// Periods of a periodic operation that have ended (version 4).
+    package var completedPeriods: Int
 
     /// Creates a record of format ``currentFormatVersion`` with a fresh identifier.
     package init(
@@ -130,7 +153,11 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         batchID: String? = nil,
         failedPrerequisite: String? = nil,
         expiresAt: Date? = nil,
-        conditions: [String] = []
+        conditions: [String] = [],
+        repeatInterval: Double? = nil,
+        repeatFlex: Double = 0,
+        periodTarget: Date? = nil,
+        completedPeriods: Int = 0
     ) {
         self.formatVersion = 1
         self.id = id
@@ -153,6 +180,10 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         self.failedPrerequisite = failedPrerequisite
         self.expiresAt = expiresAt
         self.conditions = conditions
+        self.repeatInterval = repeatInterval
+        self.repeatFlex = repeatFlex
+        self.periodTarget = periodTarget
+        self.completedPeriods = completedPeriods
         self.formatVersion = requiredFormatVersion
     }
 
@@ -160,6 +191,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         case formatVersion, id, typeIdentifier, payload, priority, enqueueSequence, enqueuedAt, notBefore, tags
         case uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription
         case failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions
+        case repeatInterval, repeatFlex, periodTarget, completedPeriods
     }
 
     /// Decodes a record body with any `Decoder` (Foundation's property-list decoder reads one);
@@ -186,7 +218,11 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             batchID: try container.decodeIfPresent(String.self, forKey: .batchID),
             failedPrerequisite: try container.decodeIfPresent(String.self, forKey: .failedPrerequisite),
             expiresAt: try container.decodeIfPresent(Date.self, forKey: .expiresAt),
-            conditions: try container.decodeIfPresent([String].self, forKey: .conditions) ?? []
+            conditions: try container.decodeIfPresent([String].self, forKey: .conditions) ?? [],
+            repeatInterval: try container.decodeIfPresent(Double.self, forKey: .repeatInterval),
+            repeatFlex: try container.decodeIfPresent(Double.self, forKey: .repeatFlex) ?? 0,
+            periodTarget: try container.decodeIfPresent(Date.self, forKey: .periodTarget),
+            completedPeriods: try container.decodeIfPresent(Int.self, forKey: .completedPeriods) ?? 0
         )
         formatVersion = try container.decode(Int.self, forKey: .formatVersion)
     }
@@ -203,12 +239,15 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             && lhs.failureReason == rhs.failureReason && lhs.prerequisites == rhs.prerequisites
             && lhs.batchID == rhs.batchID && lhs.failedPrerequisite == rhs.failedPrerequisite
             && lhs.expiresAt == rhs.expiresAt && lhs.conditions == rhs.conditions
+            && lhs.repeatInterval == rhs.repeatInterval && lhs.repeatFlex == rhs.repeatFlex
+            && lhs.periodTarget == rhs.periodTarget && lhs.completedPeriods == rhs.completedPeriods
     }
 
-    /// The lowest format version that holds every field of the record: 3 when it has an
-    /// expiration date or conditions, 2 when it has prerequisites, a batch or a failed prerequisite, 1
-    /// otherwise.
+    /// The lowest format version that holds every field of the record: 4 when it is periodic,
+    /// 3 when it has an expiration date or conditions, 2 when it has prerequisites, a batch or a
+    /// failed prerequisite, 1 otherwise.
     package var requiredFormatVersion: Int {
+        if repeatInterval != nil { return 4 }
         if expiresAt != nil || !conditions.isEmpty { return 3 }
         return prerequisites.isEmpty && batchID == nil && failedPrerequisite == nil ? 1 : 2
     }
@@ -223,6 +262,9 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         case (nil, nil): return nil
         }
     }
+
+    /// Whether the record is a periodic operation's.
+    package var isPeriodic: Bool { repeatInterval != nil }
 
     /// Where the record stands in run order (see ``RunOrder``).
     package var runOrder: RunOrder {

@@ -56,6 +56,15 @@ extension PropertyListValue {
         }
     }
 
+    /// The value as a `Double`, when it is a real (or an integer, which a hand-edited plist may hold).
+    package var realValue: Double? {
+        switch self {
+        case .real(let value): return value
+        case .integer(let value): return Double(value)
+        default: return nil
+        }
+    }
+
     /// The value as a `Date`, when it is one.
     package var dateValue: Date? {
         if case .date(let value) = self { return value }

@@ -6,6 +6,8 @@ final class EventHub: Sendable {
     private struct Subscribers {
         var handler: (@Sendable (PersistentOperationEvent) -> Void)?
         var streams: [UInt64: AsyncStream<PersistentOperationEvent>.Continuation] = [:]
+        /// The queue's own observers (bounded runs), called before the handler.
+        var monitors: [ObjectIdentifier: @Sendable (PersistentOperationEvent) -> Void] = [:]
         var nextKey: UInt64 = 0
     }
 
@@ -31,9 +33,19 @@ final class EventHub: Sendable {
         return stream
     }
 
+    /// Adds an observer of the queue's own, called with every event before the handler.
+    func addMonitor(_ key: ObjectIdentifier, _ monitor: @escaping @Sendable (PersistentOperationEvent) -> Void) {
+        subscribers.withLock { $0.monitors[key] = monitor }
+    }
+
+    func removeMonitor(_ key: ObjectIdentifier) {
+        subscribers.withLock { _ = $0.monitors.removeValue(forKey: key) }
+    }
+
     func emit(_ event: PersistentOperationEvent) {
         delivery.async {
-            let (handler, streams) = self.subscribers.withLock { ($0.handler, Array($0.streams.values)) }
+            let (handler, streams, monitors) = self.subscribers.withLock { ($0.handler, Array($0.streams.values), $0.monitors) }
+            for monitor in monitors.values { monitor(event) }
             handler?(event)
             for stream in streams {
                 stream.yield(event)
@@ -45,8 +57,9 @@ final class EventHub: Sendable {
     func emit(contentsOf events: [PersistentOperationEvent]) {
         guard !events.isEmpty else { return }
         delivery.async {
-            let (handler, streams) = self.subscribers.withLock { ($0.handler, Array($0.streams.values)) }
+            let (handler, streams, monitors) = self.subscribers.withLock { ($0.handler, Array($0.streams.values), $0.monitors) }
             for event in events {
+                for monitor in monitors.values { monitor(event) }
                 handler?(event)
                 for stream in streams {
                     stream.yield(event)

@@ -20,6 +20,9 @@ extension PersistentOperationQueue {
             forget(id)
             return
         }
+        if record.isPeriodic, expiry == nil, endPeriod(id, outcome: outcome) {
+            return
+        }
         let operationID = PersistentOperationID(record: id)
         switch outcome {
         case .succeeded:
@@ -121,7 +124,8 @@ extension PersistentOperationQueue {
                     state.batchMembers[batch] = members - 1
                 }
             }
-            if state.entries.isEmpty {
+            state.seriesBetweenPeriods.remove(id)
+            if state.isIdle {
                 forgotten.waiters = state.emptyWaiters
                 state.emptyWaiters = []
             }
@@ -150,6 +154,7 @@ extension PersistentOperationQueue {
         for waiter in forgotten.waiters {
             waiter.resume()
         }
+        noteRunProgress()
         // Operations (and the dependents they held) are released here, outside every lock:
         // a deinit is user code.
         _ = forgotten.released

@@ -63,9 +63,10 @@ extension PersistentOperationQueue {
                 resolved.liveIDs.append(id)
                 continue
             }
-            enum Found { case pending(String), ended(String, Entry.Ending), unknown }
+            enum Found { case pending(String), ended(String, Entry.Ending), periodic(String), unknown }
             let found = state.withLock { state -> Found in
                 if let id = state.idsByOperation[key], let entry = state.entries[id] {
+                    if entry.record.isPeriodic { return .periodic(id) }
                     switch entry.ending {
                     case nil, .succeeded?: return .pending(id)
                     case .failed?, .cancelled?: return .ended(id, entry.ending!)
@@ -86,6 +87,11 @@ extension PersistentOperationQueue {
                 throw PersistenceError(
                     .prerequisiteFailed,
                     "\(Self.describe(operation)) depends on operation \(id), which \(ending == .cancelled ? "was cancelled" : "failed for good"); it was not stored and will not run. Re-queue the prerequisite (retryFailedOperation(withID:)) and add this operation again, or remove the dependency."
+                )
+            case .periodic(let id):
+                throw PersistenceError(
+                    .invalidDependency,
+                    "\(Self.describe(operation)) depends on operation \(id), which is periodic: a series never finishes, so nothing can wait for it. Remove the dependency."
                 )
             case .unknown:
                 throw PersistenceError(

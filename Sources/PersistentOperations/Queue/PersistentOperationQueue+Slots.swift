@@ -41,6 +41,7 @@ extension PersistentOperationQueue {
         let window = slotWindow()
         let slots = state.withLock { state -> [AttemptSlot] in
             guard var entry = state.entries[id], case .scheduled = entry.phase else { return [] }
+            state.seriesBetweenPeriods.remove(id)
             return queueOrHoldRefilling(&entry, in: &state, window: window)
         }
         for slot in slots { operationQueue.addOperation(slot) }
@@ -82,6 +83,7 @@ extension PersistentOperationQueue {
         for slot in slots {
             operationQueue.addOperation(slot)
         }
+        noteRunProgress()
     }
 
     private func makeSlot(for entry: Entry) -> AttemptSlot {
@@ -98,8 +100,26 @@ extension PersistentOperationQueue {
 
     private func slotDidStart(_ slot: AttemptSlot) {
         enum Action { case release, start(Operation?, expiresAt: Date?), admit(@Sendable () -> Void) }
+        // A slot the `OperationQueue` started as it was being suspended (a bounded run ending)
+        // gives its place back: releasing it while its entry still waits for it queues a new
+        // one, which waits in the suspended queue (see `slotDidLeave`).
+        let isSuspended = operationQueue.isSuspended
         let action = state.withLock { state -> Action in
             guard var entry = state.entries[slot.recordID], case .queued(let queued) = entry.phase, queued === slot else {
+                return .release
+            }
+            if isSuspended { return .release }
+            if state.isClosed {
+                // A closed queue starts nothing new (a timer of the closed queue may still fire
+                // while another queue works on the store): only a retry of an attempt that was
+                // running at the close goes on, unmanaged.
+                defer { state.entries[slot.recordID] = entry }
+                entry.phase = .running(slot)
+                if entry.hasStarted, let admit = entry.pendingAdmission {
+                    entry.pendingAdmission = nil
+                    return .admit(admit)
+                }
+                entry.phase = .ready   // in no heap: never given another slot
                 return .release
             }
             if let head = state.isolation.first, head != slot.recordID {

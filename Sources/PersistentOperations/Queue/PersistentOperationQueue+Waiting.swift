@@ -25,7 +25,7 @@ extension PersistentOperationQueue {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumesNow = state.withLock { state -> Bool in
                     // Checked under the lock: a cancellation after this finds the waiter.
-                    if state.entries.isEmpty || Task.isCancelled { return true }
+                    if state.isIdle || Task.isCancelled { return true }
                     state.emptyWaiters.append(EmptyWaiter(token: id, continuation: continuation))
                     return false
                 }

@@ -1,0 +1,211 @@
+import Foundation
+
+/// A run of a ``PersistentOperationQueue`` bounded by a deadline or a call to ``stop()`` — what
+/// an app hands to a background task, which the system may end at any moment.
+///
+/// Start one with ``PersistentOperationQueue/startBoundedRun(until:stopGracePeriod:)``. The
+/// queue runs due work until the first of:
+/// - the deadline passes (``BoundedRunReport/Ending-swift.enum/deadlineReached``),
+/// - ``stop()`` is called — from the background task's expiration handler, say
+///   (``BoundedRunReport/Ending-swift.enum/stopped``),
+/// - nothing more can start before the deadline: no attempt runs or waits for a slot, and no
+///   not-before date, retry timer or periodic window falls before it
+///   (``BoundedRunReport/Ending-swift.enum/drained``; operations waiting for run conditions or
+///   prerequisites do not keep a run going).
+///
+/// When a run ends, the queue is suspended (``PersistentOperationQueue/isSuspended``) and
+/// stays suspended: set `isSuspended = false` when the app is back in the foreground, or start
+/// another run. Ending by the deadline or ``stop()`` also stops every `RetryingOperation`
+/// attempt in flight: each one ends as an **uncounted** retry — its record is rewritten, no
+/// retry budget is spent, its `abandonBaseOperation(_:)` (by default `cancelBaseOperation()`)
+/// is called with `.stopped`, and its next attempt, in this launch or the next, is passed
+/// `isRetry: true`. Nothing new starts. ``report`` is ready once those records are saved, or
+/// after the stop grace period at the latest (a synchronous attempt holds its thread until it
+/// returns; a plain `Operation` cannot be stopped: both are listed in
+/// ``BoundedRunReport/stillRunning``, and their records stay pending).
+///
+/// Apple platforms, a `BGProcessingTask` handler (not compiled here — the library has no
+/// BackgroundTasks code):
+///
+/// ```swift
+/// BGTaskScheduler.shared.register(forTaskWithIdentifier: "com.example.uploads", using: nil) { task in
+///     let run = queue.startBoundedRun(until: .distantFuture)   // until the system says stop
+///     task.expirationHandler = { run.stop() }
+///     Task {
+///         let report = await run.report
+///         if let next = report.nextDueDate {
+///             let request = BGProcessingTaskRequest(identifier: "com.example.uploads")
+///             request.earliestBeginDate = next
+///             request.requiresNetworkConnectivity = true
+///             try? BGTaskScheduler.shared.submit(request)
+///         }
+///         task.setTaskCompleted(success: report.ending == .drained)
+///     }
+/// }
+/// ```
+///
+/// Runs may overlap (two background tasks): the queue works while any is active, and only
+/// the end of the last one suspends it and stops the attempts in flight.
+public final class BoundedRun: @unchecked Sendable {
+    // @unchecked: mutable state lives in `core` (a `Locked`); `finished` is a DispatchGroup;
+    // the other properties are set in `init` only.
+
+    struct Core {
+        var ending: BoundedRunReport.Ending?
+        var report: BoundedRunReport?
+        var tally = BoundedRunReport()
+        var deadlineTimer: (any ScheduledRetry)?
+    }
+
+    /// When the run ends at the latest, on the queue's clock.
+    public let deadline: Date
+    /// How long a stop waits, at most, for the attempts in flight to end and their records to be saved.
+    public let stopGracePeriod: TimeInterval
+    let core = Locked(Core())
+    let finished = DispatchGroup()
+    weak var queue: PersistentOperationQueue?
+
+    init(queue: PersistentOperationQueue, deadline: Date, stopGracePeriod: TimeInterval, startedAt: Date) {
+        self.queue = queue
+        self.deadline = deadline
+        self.stopGracePeriod = stopGracePeriod
+        core.withLock { $0.tally.startedAt = startedAt }
+        finished.enter()
+    }
+
+    /// Ends the run now, as its deadline would: the attempts in flight end as uncounted retries
+    /// and nothing new starts. Returns at once (it never waits for the attempts); ``report``
+    /// says when everything is saved. Safe to call from any thread, more than once, and after
+    /// the run ended.
+    ///
+    /// ```swift
+    /// task.expirationHandler = { run.stop() }
+    /// ```
+    public func stop() {
+        end(.stopped)
+    }
+
+    /// Whether the run has ended and its report is ready.
+    public var isFinished: Bool {
+        core.withLock { $0.report != nil }
+    }
+
+    /// The report, once the run has ended and the attempts it stopped are saved (awaits that).
+    ///
+    /// ```swift
+    /// let report = await run.report
+    /// print("\(report.succeeded.count) done, next due \(report.nextDueDate.map { "\($0)" } ?? "never")")
+    /// ```
+    public var report: BoundedRunReport {
+        get async {
+            await withCheckedContinuation { (continuation: CheckedContinuation<BoundedRunReport, Never>) in
+                finished.notify(queue: .global()) { [self] in
+                    continuation.resume(returning: core.withLock { $0.report! })
+                }
+            }
+        }
+    }
+
+    /// Blocks until the run has ended and returns its report (see ``report``).
+    @available(*, noasync, message: "Use `await run.report` from async code")
+    public func waitUntilFinished() -> BoundedRunReport {
+        finished.wait()
+        return core.withLock { $0.report! }
+    }
+
+    /// Ends the run with `ending` unless it has ended already; the rest happens on a thread of
+    /// its own (this may be called on the events' queue or the timer's thread).
+    func end(_ ending: BoundedRunReport.Ending) {
+        let timer = core.withLock { core -> (any ScheduledRetry)?? in
+            guard core.ending == nil else { return nil }
+            core.ending = ending
+            defer { core.deadlineTimer = nil }
+            return .some(core.deadlineTimer)
+        }
+        guard let timer else { return }
+        timer?.cancel()
+        // A thread of its own: the end waits (polling) for the stopped attempts, and must not
+        // hold one of the few threads of the global queues that those attempts need.
+        Thread.detachNewThread { [self] in
+            var report: BoundedRunReport
+            if let queue {
+                report = queue.finishRun(self, ending: ending)
+            } else {
+                report = core.withLock { $0.tally }
+                report.ending = ending
+            }
+            core.withLock { $0.report = report }
+            finished.leave()
+        }
+    }
+
+    /// Counts an event of the queue while the run is active (on the events' queue).
+    func observe(_ event: PersistentOperationEvent) {
+        // Counted until the report is made: what happened up to the end of the run.
+        core.withLock { core in
+            switch event {
+            case .started: core.tally.attemptsStarted += 1
+            case .succeeded(let id): core.tally.succeeded.append(id)
+            case .failed(let id, _): core.tally.failed.append(id)
+            case .periodEnded(let id, _, _): core.tally.periodsEnded.append(id)
+            case .retryScheduled(let id, _, _, _): core.tally.retriesScheduled.append(id)
+            default: break
+            }
+        }
+    }
+}
+
+/// What a ``BoundedRun`` did, and what is left.
+///
+/// ```swift
+/// let report = await queue.run(until: Date().addingTimeInterval(25))
+/// if report.ending != .drained { scheduleAnotherRun(earliest: report.nextDueDate ?? Date()) }
+/// ```
+public struct BoundedRunReport: Sendable, Hashable {
+    /// Why the run ended.
+    public enum Ending: Sendable, Hashable {
+        /// Nothing more could start before the deadline. Attempts were not interrupted.
+        case drained
+        /// The deadline passed; the attempts in flight were stopped.
+        case deadlineReached
+        /// ``BoundedRun/stop()`` was called (or the awaiting task was cancelled); the attempts
+        /// in flight were stopped.
+        case stopped
+        /// The queue was closed: attempts in flight go on, their outcome no longer saved.
+        case queueClosed
+    }
+
+    /// Why the run ended.
+    public var ending: Ending = .drained
+    /// When the run started and ended, on the queue's clock.
+    public var startedAt = Date.distantPast
+    public var endedAt = Date.distantPast
+    /// Attempts started during the run.
+    public var attemptsStarted = 0
+    /// Operations that succeeded during the run (their records removed).
+    public var succeeded: [PersistentOperationID] = []
+    /// Operations that failed for good during the run (moved to the failed area).
+    public var failed: [PersistentOperationID] = []
+    /// Periodic operations whose period ended during the run (rescheduled for the next one).
+    public var periodsEnded: [PersistentOperationID] = []
+    /// One entry per retry scheduled during the run (an operation may appear more than once),
+    /// the uncounted retries of stopped attempts included.
+    public var retriesScheduled: [PersistentOperationID] = []
+    /// Attempts the end of the run stopped: each ended as an uncounted retry, its record saved.
+    public var stopped: [PersistentOperationID] = []
+    /// Attempts still running when the report was made: plain `Operation`s (they cannot be
+    /// stopped) and attempts that did not end within the stop grace period (a synchronous
+    /// attempt ends when it returns). Their records stay pending: if the process is suspended
+    /// and killed, they run again after the next ``PersistentOperationQueue/restore()``.
+    public var stillRunning: [PersistentOperationID] = []
+    /// Operations that could start now but for the end of the run (waiting for a slot, due,
+    /// or due to retry — the stopped attempts included). Operations waiting for run conditions
+    /// or prerequisites are not counted.
+    public var dueOperations = 0
+    /// ``PersistentOperationQueue/nextDueDate`` when the run ended: the earliest start to ask
+    /// the system for the next background run; `nil` when nothing becomes due by time alone.
+    public var nextDueDate: Date?
+
+    /// Creates an empty report.
+    public init() {}
+}

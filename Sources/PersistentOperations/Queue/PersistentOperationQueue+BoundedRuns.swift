@@ -1,0 +1,202 @@
+import Foundation
+import RetryingOperation
+
+// Bounded runs: the queue resumed for a window that ends at a deadline, at `stop()`, or when
+// nothing more can start before the deadline. The active runs sit in `runs`; the end of the
+// last one suspends the `OperationQueue` and stops the `RetryingOperation` attempts in flight
+// (`RetryingOperation.stopAttempt()`: an uncounted retry, its record rewritten by the usual
+// `operationWillWait`), waiting for those records at most the run's grace period. A slot the
+// `OperationQueue` starts while suspended (it raced with the suspension) gives its place back
+// (see `+Slots`). Whether a run has drained is checked after every slot leaves and every
+// entry is forgotten, on the events' queue.
+
+extension PersistentOperationQueue {
+    /// Runs due work until `deadline`, until the returned run is stopped, or until nothing
+    /// more can start before the deadline — then suspends the queue. See ``BoundedRun``.
+    ///
+    /// The queue is resumed (`isSuspended = false`) when the run starts and suspended when it
+    /// ends: after it, nothing starts until you resume the queue or start another run. Call it
+    /// after ``restore()``.
+    ///
+    /// ```swift
+    /// let run = queue.startBoundedRun(until: Date().addingTimeInterval(25))
+    /// task.expirationHandler = { run.stop() }
+    /// let report = await run.report
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - deadline: When the run ends at the latest, on the queue's clock
+    ///     (``Configuration/scheduler``); `.distantFuture` to run until stopped or drained.
+    ///   - stopGracePeriod: How long, at most, the end of the run waits (in real time) for the
+    ///     attempts it stops to end and their records to be saved before the report is made.
+    ///     Default: 1 second.
+    public func startBoundedRun(until deadline: Date, stopGracePeriod: TimeInterval = 1) -> BoundedRun {
+        let run = BoundedRun(queue: self, deadline: deadline, stopGracePeriod: stopGracePeriod, startedAt: timer.now)
+        let key = ObjectIdentifier(run)
+        guard state.withLock({ !$0.isClosed }) else {
+            run.end(.queueClosed)
+            return run
+        }
+        hub.addMonitor(key) { [weak run] event in run?.observe(event) }
+        runs.withLock { $0[key] = run }
+        if deadline < .distantFuture {
+            let token = timer.schedule(at: deadline) { [weak run] in run?.end(.deadlineReached) }
+            let isOver = run.core.withLock { core -> Bool in
+                guard core.ending == nil else { return true }
+                core.deadlineTimer = token
+                return false
+            }
+            if isOver { token.cancel() }
+        }
+        operationQueue.isSuspended = false
+        // Nothing may be due at all: check once the queue has had the events so far.
+        hub.deliver { [weak self, weak run] in
+            guard let self, let run else { return }
+            self.checkDrained(run)
+        }
+        return run
+    }
+
+    /// Runs due work until `deadline`, or until the awaiting task is cancelled, and returns
+    /// the report: ``startBoundedRun(until:stopGracePeriod:)`` for async code.
+    ///
+    /// ```swift
+    /// let report = await queue.run(until: Date().addingTimeInterval(25))
+    /// ```
+    public func run(until deadline: Date, stopGracePeriod: TimeInterval = 1) async -> BoundedRunReport {
+        let run = startBoundedRun(until: deadline, stopGracePeriod: stopGracePeriod)
+        return await withTaskCancellationHandler {
+            await run.report
+        } onCancel: {
+            run.stop()
+        }
+    }
+
+    /// Something changed that may leave a run with nothing to do: check, on the events' queue
+    /// (after the events emitted so far), when a run is active.
+    func noteRunProgress() {
+        guard runs.withLock({ !$0.isEmpty }) else { return }
+        hub.deliver { [weak self] in
+            guard let self else { return }
+            for run in self.runs.withLock({ Array($0.values) }) {
+                self.checkDrained(run)
+            }
+        }
+    }
+
+    private func checkDrained(_ run: BoundedRun) {
+        if hasNothingDue(before: run.deadline) { run.end(.drained) }
+    }
+
+    /// Whether nothing runs or waits for a slot, and nothing waiting on a date becomes due
+    /// before `deadline`. Operations waiting for prerequisites or run conditions do not count.
+    func hasNothingDue(before deadline: Date) -> Bool {
+        let now = timer.now
+        return state.withLock { state -> Bool in
+            if state.slotsInQueue > 0 { return false }
+            for entry in state.entries.values {
+                switch entry.phase {
+                case .scheduled:
+                    if (entry.record.dueDate ?? now) <= deadline { return false }
+                case .waitingToRetry:
+                    if entry.pendingAdmission != nil { return false }
+                    if let next = entry.record.nextAttemptAt, next <= deadline { return false }
+                case .ready, .queued, .running:
+                    return false
+                case .blocked, .waitingForConditions:
+                    continue
+                }
+            }
+            return true
+        }
+    }
+
+    /// The end of `run` (on a background thread): unless another run is active, suspends the
+    /// queue and stops the attempts in flight (a drained run has none), then makes the report.
+    func finishRun(_ run: BoundedRun, ending: BoundedRunReport.Ending) -> BoundedRunReport {
+        let key = ObjectIdentifier(run)
+        let isLast = runs.withLock { runs -> Bool in
+            runs.removeValue(forKey: key)
+            return runs.isEmpty
+        }
+        var stopped: [String] = []
+        var stillRunning: [String] = []
+        if isLast {
+            operationQueue.isSuspended = true
+            if ending == .deadlineReached || ending == .stopped {
+                (stopped, stillRunning) = stopAttemptsInFlight(grace: run.stopGracePeriod)
+            } else {
+                stillRunning = runningAttempts().map(\.id)
+            }
+        }
+        // The events of everything that happened until now are counted.
+        hub.flush()
+        hub.removeMonitor(key)
+        var report = run.core.withLock { $0.tally }
+        report.ending = ending
+        report.endedAt = timer.now
+        report.stopped = stopped.sorted().map { PersistentOperationID(record: $0) }
+        report.stillRunning = stillRunning.sorted().map { PersistentOperationID(record: $0) }
+        report.dueOperations = dueOperationCount()
+        report.nextDueDate = nextDueDate
+        return report
+    }
+
+    /// The entries whose attempt runs in a slot, with their operations.
+    private func runningAttempts() -> [(id: String, operation: Operation)] {
+        state.withLock { state in
+            state.entries.compactMap { id, entry in
+                guard case .running(let slot) = entry.phase, slot != nil, let operation = entry.operation else { return nil }
+                return (id, operation)
+            }
+        }
+    }
+
+    /// Stops every `RetryingOperation` attempt in flight, and the ones whose slot raced with
+    /// the suspension, until none runs or `grace` has passed. Returns the stopped entries, and
+    /// those still running (plain operations, and attempts that did not end in time).
+    private func stopAttemptsInFlight(grace: TimeInterval) -> (stopped: [String], stillRunning: [String]) {
+        let limit = DispatchTime.now() + grace
+        var stopped = Set<String>()
+        var running: [(id: String, operation: Operation)] = []
+        while true {
+            running = runningAttempts()
+            var waitsFor = 0
+            for (id, operation) in running {
+                guard let retrying = operation as? RetryingOperation else { continue }
+                waitsFor += 1
+                if !stopped.contains(id), retrying.stopAttempt() { stopped.insert(id) }
+            }
+            if waitsFor == 0 || DispatchTime.now() >= limit { break }
+            usleep(2_000)
+        }
+        let stillRunning = running.map(\.id)
+        if !stillRunning.isEmpty {
+            log(.warning, "a bounded run ended with \(stillRunning.count) attempt(s) still running (plain operations, or attempts that did not end within \(grace) s); their records stay pending")
+        }
+        return (Array(stopped.subtracting(stillRunning)), stillRunning)
+    }
+
+    /// How many entries could start now, but for a suspended queue.
+    private func dueOperationCount() -> Int {
+        let now = timer.now
+        return state.withLock { state in
+            state.entries.values.reduce(0) { count, entry in
+                switch entry.phase {
+                case .ready, .queued: return count + 1
+                case .scheduled: return (entry.record.dueDate ?? now) <= now ? count + 1 : count
+                case .waitingToRetry:
+                    return entry.pendingAdmission != nil || (entry.record.nextAttemptAt.map { $0 <= now } ?? false) ? count + 1 : count
+                case .running, .blocked, .waitingForConditions: return count
+                }
+            }
+        }
+    }
+
+    /// Ends the active runs because the queue closes: attempts go on, unmanaged.
+    func endRunsForClose() {
+        for run in runs.withLock({ Array($0.values) }) {
+            run.end(.queueClosed)
+        }
+    }
+}

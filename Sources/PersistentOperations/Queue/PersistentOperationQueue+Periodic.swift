@@ -1,0 +1,143 @@
+import Foundation
+import RetryingOperation
+
+// Periodic operations: a record with a repeat interval is not removed when a period ends
+// (succeeded, or failed for good) but rewritten for the next period — counts reset, the next
+// target a whole number of intervals after the current one and after now, `notBefore` the start
+// of its window — and its entry stays, without an operation, scheduled in the timer like a
+// restored one; the next period builds a new operation from the payload. Between periods the
+// entry sits in `State.seriesBetweenPeriods`, so waiting for the queue to finish does not wait
+// for it. Cancellation, expiry, crash-loop protection and quarantine end a series the way they
+// end any operation.
+
+extension PersistentOperationQueue {
+    /// Throws ``PersistenceError/Code/invalidOptions`` or
+    /// ``PersistenceError/Code/invalidDependency`` when `schedule` cannot be used for `operation`.
+    func checkRepeatSchedule(_ schedule: RepeatSchedule, of operation: Operation) throws {
+        if let problem = schedule.problem {
+            throw PersistenceError(.invalidOptions, "\(Self.describe(operation)) cannot repeat: \(problem).")
+        }
+        if !operation.dependencies.isEmpty {
+            throw PersistenceError(
+                .invalidDependency,
+                "\(Self.describe(operation)) is periodic and has dependencies: a series cannot wait for prerequisites. Remove them, or add the work once (without repeating) after them."
+            )
+        }
+    }
+
+    /// The target of the period after the one that targeted `target`, ending at `now`: the first
+    /// of `target + k × interval` (k ≥ 1) after `now`. Missed periods are skipped, not run.
+    static func nextPeriodTarget(after target: Date, interval: TimeInterval, now: Date) -> Date {
+        let elapsed = now.timeIntervalSince(target)
+        var periods = max(1, (elapsed / interval).rounded(.down) + 1)
+        var next = target.addingTimeInterval(periods * interval)
+        // Floating-point rounding may land exactly on (or just before) now.
+        while next <= now {
+            periods += 1
+            next = target.addingTimeInterval(periods * interval)
+        }
+        return next
+    }
+
+    /// A period of periodic `id` ended with `outcome`: rewrites its record for the next period
+    /// and schedules it. Returns `false` when the series ends instead (cancelled, cancel
+    /// requested, expired): the caller then finishes it as any operation.
+    func endPeriod(_ id: String, outcome: RetryingOperation.Outcome) -> Bool {
+        let failure: String?
+        switch outcome {
+        case .succeeded:
+            failure = nil
+        case .cancelled:
+            return false
+        case .failed(let error):
+            // The operation's own expiration date ends the series, as the record's does.
+            if let retrying = error as? RetryingOperationError, retrying.code == .expired { return false }
+            failure = String(describing: error)
+        }
+        let now = timer.now
+        struct Ended {
+            var record: OperationRecord
+            var slot: AttemptSlot?
+            var released: Operation?
+            var hadSuspectFile = false
+            var wasIsolatedNext = false
+            var waiters: [EmptyWaiter] = []
+        }
+        let ended = state.withLock { state -> Ended? in
+            guard var entry = state.entries[id], entry.ending == nil, !entry.isCancelRequested,
+                  let interval = entry.record.repeatInterval else { return nil }
+            var record = entry.record
+            let target = record.periodTarget ?? record.notBefore ?? record.enqueuedAt
+            let next = Self.nextPeriodTarget(after: target, interval: interval, now: now)
+            record.periodTarget = next
+            record.notBefore = next.addingTimeInterval(-record.repeatFlex)
+            record.completedPeriods += 1
+            record.numberOfRetries = 0
+            record.numberOfAttempts = 0
+            record.nextAttemptAt = nil
+            record.attemptsInFlight = 0
+            record.lastErrorDescription = failure
+            var ended = Ended(record: record)
+            if let operation = entry.operation {
+                state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation))
+                ended.released = operation
+            }
+            switch entry.phase {
+            case .running(let slot): ended.slot = slot
+            case .queued(let slot): ended.slot = slot
+            case .scheduled(let token): token?.cancel()
+            case .ready, .waitingToRetry, .blocked, .waitingForConditions: break
+            }
+            unpark(entry, in: &state)
+            if state.isolation.contains(id) {
+                ended.wasIsolatedNext = state.isolation.first == id
+                endIsolation(of: id, in: &state)
+            }
+            ended.hadSuspectFile = entry.hasSuspectFile
+            entry.record = record
+            entry.operation = nil
+            entry.phase = .scheduled(nil)
+            entry.hasStarted = false
+            entry.attemptsInFlight = 0
+            entry.crashes = 0
+            entry.hasSuspectFile = false
+            entry.pendingAdmission = nil
+            entry.parkedUnder = nil
+            state.entries[id] = entry
+            state.seriesBetweenPeriods.insert(id)
+            if state.isIdle {
+                ended.waiters = state.emptyWaiters
+                state.emptyWaiters = []
+            }
+            return ended
+        }
+        guard let ended else { return false }
+        do {
+            var stored = ended.record
+            if stored.payload.isEmpty { stored.payload = try store.readPending(id: id).payload }
+            try store.update(stored)
+        } catch {
+            reportStoreError(id, "could not save the end of a period; after a crash the period runs again: \(error)")
+        }
+        store.clearAttemptsInFlight(forRecord: id)
+        if ended.hadSuspectFile { store.clearSuspect(forRecord: id) }
+        let nextStart = ended.record.notBefore ?? now
+        hub.emit(.periodEnded(PersistentOperationID(record: id), failure: failure, nextPeriodAt: nextStart))
+        if let slot = ended.slot {
+            if slot.isExecuting { slot.release() } else { slot.cancel() }
+        }
+        if ended.wasIsolatedNext { refillSlots() }
+        if failure != nil {
+            log(.warning, "\(id): a period failed for good (\(failure ?? "")); the series goes on, next period from \(nextStart)")
+        }
+        schedule(id, due: nextStart)
+        finishedCondition.lock()
+        finishedCondition.broadcast()
+        finishedCondition.unlock()
+        for waiter in ended.waiters { waiter.resume() }
+        noteRunProgress()
+        // The finished operation is released here, outside every lock: a deinit is user code.
+        _ = ended.released
+        return true
+    }
+}

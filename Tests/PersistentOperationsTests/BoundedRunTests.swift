@@ -1,0 +1,277 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+/// A synchronous retrying operation whose attempt blocks its thread until the test lets it go
+/// (or 30 s pass), then reports success: an attempt a stop cannot end early.
+final class BlockingSyncUpload: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "test.blocking-sync-upload"
+    static let release = DispatchSemaphore(value: 0)
+    let payload: UploadPayload
+
+    init(payload: UploadPayload) {
+        self.payload = payload
+        super.init()
+    }
+
+    override var isAsynchronous: Bool { false }
+
+    override func startBaseOperation(isRetry: Bool) {
+        Journal.record(payload.journal, "\(payload.name)#\(numberOfAttempts) retry=\(isRetry)")
+        _ = Self.release.wait(timeout: .now() + 30)
+        baseOperationEnded()
+    }
+
+    override func abandonBaseOperation(_ reason: AbandonReason) {
+        Journal.record(payload.journal, "\(payload.name) abandoned \(reason)")
+    }
+}
+
+/// An asynchronous retrying operation whose attempt never ends, even when cancelled.
+final class StuckUpload: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "test.stuck-upload"
+    let payload: UploadPayload
+
+    init(payload: UploadPayload) {
+        self.payload = payload
+        super.init()
+    }
+
+    override var isAsynchronous: Bool { true }
+
+    override func startBaseOperation(isRetry: Bool) {
+        Journal.record(payload.journal, "\(payload.name)#\(numberOfAttempts) retry=\(isRetry) retries=\(numberOfRetries ?? -1)")
+    }
+
+    override func abandonBaseOperation(_ reason: AbandonReason) {
+        Journal.record(payload.journal, "\(payload.name) abandoned \(reason)")
+    }
+}
+
+@Suite("Persistent queue: bounded runs", .timeLimit(.minutes(1)))
+struct BoundedRunTests {
+    private func fixture(maxConcurrent: Int = 2) throws -> QueueFixture {
+        let fixture = try QueueFixture(maxConcurrent: maxConcurrent, suspended: true)
+        fixture.queue.register(StuckUpload.self)
+        fixture.queue.register(BlockingSyncUpload.self)
+        return fixture
+    }
+
+    private func stuck(_ fixture: QueueFixture, _ name: String) -> StuckUpload {
+        StuckUpload(payload: UploadPayload(name: name, journal: fixture.journal))
+    }
+
+    @Test func aRunThatHitsItsDeadlineMidAttemptEndsTheAttemptsAsUncountedRetriesAndTheNextLaunchResumesThem() async throws {
+        // Given a suspended queue (the app in the background) with two attempts that never end
+        // by themselves, one of them after a counted retry
+        let fixture = try fixture()
+        let start = fixture.clock.now
+        let a = stuck(fixture, "a")
+        let b = fixture.upload("b", [.retry, .hang, .succeed], retryDelay: 5)
+        try fixture.queue.addOperation(a)
+        try fixture.queue.addOperation(b)
+
+        // When a run with a 60 s deadline starts them, and the deadline passes mid-attempt
+        let run = fixture.queue.startBoundedRun(until: start.addingTimeInterval(60))
+        #expect(fixture.queue.isSuspended == false)
+        #expect(try await eventually { fixture.lines.contains("a#1 retry=false retries=0") && fixture.lines.contains("b#1 retry=false retries=0") })
+        await fixture.clock.waitForTotalScheduledRetries(count: 2)   // the deadline, then b's retry
+        fixture.clock.advance(by: 5)
+        #expect(try await eventually { fixture.lines.contains("b#2 retry=true retries=1") })
+        #expect(run.isFinished == false)
+        fixture.clock.advance(by: 55)
+        let report = await run.report
+
+        // Then both attempts were stopped (their abandon hooks told), ended as uncounted retries
+        // with their records rewritten, and the queue is suspended again
+        #expect(report.ending == .deadlineReached)
+        let ids = try [#require(fixture.queue.identifier(of: a)), #require(fixture.queue.identifier(of: b))]
+        #expect(Set(report.stopped) == Set(ids))
+        #expect(report.stillRunning.isEmpty)
+        #expect(report.attemptsStarted == 3)
+        #expect(report.succeeded.isEmpty && report.failed.isEmpty)
+        #expect(report.dueOperations == 2)
+        #expect(report.nextDueDate == start.addingTimeInterval(60))
+        #expect(fixture.queue.isSuspended)
+        #expect(fixture.lines.contains("a abandoned stopped"))
+        let records = try fixture.pendingRecords().sorted { $0.enqueueSequence < $1.enqueueSequence }
+        #expect(records.map(\.numberOfRetries) == [0, 1])       // no retry budget spent by the stop
+        #expect(records.map(\.numberOfAttempts) == [1, 2])
+        #expect(records.allSatisfy { $0.attemptsInFlight == 0 && $0.lastErrorDescription?.contains("stopped") == true })
+        let retries = fixture.deliveredEvents().compactMap { event -> Bool? in
+            if case .retryScheduled(_, let isCounted, _, _) = event { return isCounted }
+            return nil
+        }
+        #expect(retries.filter { $0 }.count == 1 && retries.filter { !$0 }.count == 2)   // b's counted retry, then the two stops
+
+        // And nothing starts while the queue stays suspended
+        fixture.clock.advance(by: 1)
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(fixture.lines.filter { $0.contains("#") }.count == 3)
+
+        // When the app is killed and the next launch restores: both resume as retries, with
+        // the counted retries they had
+        fixture.queue.close()
+        let next = try QueueFixture.open(fixture.directory, clock: fixture.clock, maxConcurrent: 2, events: fixture.events)
+        next.register(StuckUpload.self)
+        let restored = try next.restore()
+        #expect(restored.restored.count == 2)
+        #expect(try await eventually { fixture.lines.contains("a#2 retry=true retries=0") && fixture.lines.contains("b#3 retry=true retries=1") })
+        next.close()   // (the stuck one never ends)
+    }
+
+    @Test func aRunStoppedFromAnotherThreadReportsPromptlyEvenWhenTheAttemptNeverEnds() async throws {
+        let fixture = try fixture(maxConcurrent: 1)
+        let attempt = stuck(fixture, "stuck")
+        try fixture.queue.addOperation(attempt)
+        // A grace period far longer than the bound below: the stop must not wait for it
+        let run = fixture.queue.startBoundedRun(until: .distantFuture, stopGracePeriod: 30)
+        #expect(try await eventually { fixture.lines.contains("stuck#1 retry=false retries=0") })
+
+        let stoppedAt = Date()
+        Thread.detachNewThread { run.stop() }
+        let report = await run.report
+        // Far below the 30 s grace period, generous for a loaded machine: the stop itself
+        // rewrites one record.
+        #expect(Date().timeIntervalSince(stoppedAt) < 15)
+        #expect(report.ending == .stopped)
+        #expect(try report.stopped == [#require(fixture.queue.identifier(of: attempt))])
+        #expect(fixture.lines.contains("stuck abandoned stopped"))
+        #expect(try fixture.pendingRecords().first?.numberOfRetries == 0)
+        #expect(attempt.isFinished == false)   // waiting for its uncounted retry
+        run.stop()   // a second stop does nothing
+        #expect(run.isFinished)
+    }
+
+    @Test func aSynchronousAttemptThatDoesNotReturnIsReportedStillRunningAfterTheGracePeriod() async throws {
+        let fixture = try fixture(maxConcurrent: 1)
+        let blocking = BlockingSyncUpload(payload: UploadPayload(name: "sync", journal: fixture.journal))
+        try fixture.queue.addOperation(blocking)
+        let run = fixture.queue.startBoundedRun(until: .distantFuture, stopGracePeriod: 0.2)
+        #expect(try await eventually { fixture.lines.contains("sync#1 retry=false") })
+
+        let stoppedAt = Date()
+        run.stop()
+        let report = await run.report
+        #expect(Date().timeIntervalSince(stoppedAt) < 15)   // bounded by the 0.2 s grace, not by the attempt's 30 s
+        let id = try #require(fixture.queue.identifier(of: blocking))
+        #expect(report.stillRunning == [id])
+        #expect(report.stopped.isEmpty)
+        #expect(fixture.lines.contains("sync abandoned stopped"))
+        // Its record stays pending, its attempt marked in flight (it runs again after a crash)
+        #expect(try fixture.pendingRecords().count == 1)
+
+        // When it returns with success, that success stands: the record is removed
+        BlockingSyncUpload.release.signal()
+        await fixture.queue.allOperationsFinished()
+        #expect(try fixture.pendingRecords().isEmpty)
+        #expect(blocking.outcome?.isSuccess == true)
+    }
+
+    @Test func aRunThatDrainsEndsEarlyWithoutStoppingAnything() async throws {
+        let fixture = try fixture()
+        let start = fixture.clock.now
+        try fixture.queue.addOperation(fixture.upload("one"))
+        try fixture.queue.addOperation(fixture.upload("flaky", [.retry, .succeed], retryDelay: 5))
+        try fixture.queue.addOperation(fixture.note("note"))
+        // Not due before the deadline: does not keep the run going
+        try fixture.queue.addOperation(fixture.upload("tomorrow"), options: EnqueueOptions(notBefore: start.addingTimeInterval(86_400)))
+
+        let run = fixture.queue.startBoundedRun(until: start.addingTimeInterval(60))
+        // The retry falls before the deadline: the run waits for it
+        #expect(try await eventually { fixture.lines.contains("flaky#1 retry=false retries=0") && fixture.lines.contains("note ran") })
+        await fixture.clock.waitForTotalScheduledRetries(count: 3)   // tomorrow, the deadline, the retry
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(run.isFinished == false)
+        fixture.clock.advance(by: 5)
+        let report = await run.report
+
+        #expect(report.ending == .drained)
+        #expect(report.succeeded.count == 3)
+        #expect(report.attemptsStarted == 4)   // flaky twice; the plain operation's start is counted too
+        #expect(report.retriesScheduled.count == 1)
+        #expect(report.stopped.isEmpty && report.stillRunning.isEmpty)
+        #expect(report.dueOperations == 0)
+        #expect(report.nextDueDate == start.addingTimeInterval(86_400))
+        #expect(report.endedAt == start.addingTimeInterval(5))
+        #expect(fixture.queue.isSuspended)
+    }
+
+    @Test func aRunOverAnEmptyQueueOrOnlyBlockedWorkDrainsAtOnce() async throws {
+        let fixture = try fixture()
+        #expect(await fixture.queue.run(until: .distantFuture).ending == .drained)
+
+        // Work waiting for a run condition does not keep a run going
+        fixture.queue.register(ManualRunCondition(isSatisfied: false), as: "network")
+        try fixture.queue.addOperation(fixture.upload("gated"), options: EnqueueOptions(conditions: ["network"]))
+        let report = await fixture.queue.run(until: .distantFuture)
+        #expect(report.ending == .drained)
+        #expect(report.dueOperations == 0)
+        #expect(fixture.lines.isEmpty)
+    }
+
+    @Test func cancellingTheAwaitingTaskStopsTheRun() async throws {
+        let fixture = try fixture(maxConcurrent: 1)
+        try fixture.queue.addOperation(stuck(fixture, "stuck"))
+        let task = Task { await fixture.queue.run(until: .distantFuture) }
+        #expect(try await eventually { fixture.lines.contains("stuck#1 retry=false retries=0") })
+        task.cancel()
+        let report = await task.value
+        #expect(report.ending == .stopped)
+        #expect(report.stopped.count == 1)
+    }
+
+    @Test func overlappingRunsKeepTheQueueWorkingUntilTheLastEnds() async throws {
+        let fixture = try fixture(maxConcurrent: 1)
+        try fixture.queue.addOperation(stuck(fixture, "stuck"))
+        let first = fixture.queue.startBoundedRun(until: .distantFuture)
+        let second = fixture.queue.startBoundedRun(until: .distantFuture)
+        #expect(try await eventually { fixture.lines.contains("stuck#1 retry=false retries=0") })
+
+        // Ending one run leaves the attempt alone and the queue resumed
+        first.stop()
+        let firstReport = await first.report
+        #expect(firstReport.stopped.isEmpty)
+        #expect(fixture.queue.isSuspended == false)
+        #expect(fixture.lines.contains("stuck abandoned stopped") == false)
+
+        // The last one stops it
+        second.stop()
+        let secondReport = await second.report
+        #expect(secondReport.stopped.count == 1)
+        #expect(fixture.queue.isSuspended)
+    }
+
+    @Test func nothingStartsAfterTheReportEvenWhenSlotsRaceWithTheSuspension() async throws {
+        // Many short attempts on 4 slots, the run stopped while they come and go
+        let fixture = try fixture(maxConcurrent: 4)
+        let count = isRunningUnderThreadSanitizer ? 100 : 400
+        for index in 0..<count {
+            try fixture.queue.addOperation(fixture.note("n\(index)"))
+        }
+        let run = fixture.queue.startBoundedRun(until: .distantFuture)
+        #expect(try await eventually { fixture.lines.count >= 20 })
+        run.stop()
+        let report = await run.report
+        let linesAtReport = fixture.lines.count
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(fixture.lines.count == linesAtReport)
+        #expect(report.succeeded.count <= linesAtReport)
+        // Every operation that did not run is still stored, and runs once when resumed
+        #expect(try fixture.pendingRecords().count == count - linesAtReport)
+        fixture.queue.isSuspended = false
+        await fixture.queue.allOperationsFinished()
+        #expect(Set(fixture.lines).count == count)
+        #expect(fixture.lines.count == count)
+    }
+
+    @Test func closingTheQueueEndsItsRuns() async throws {
+        let fixture = try fixture()
+        try fixture.queue.addOperation(stuck(fixture, "stuck"))
+        let run = fixture.queue.startBoundedRun(until: .distantFuture)
+        #expect(try await eventually { fixture.lines.contains("stuck#1 retry=false retries=0") })
+        fixture.queue.close()
+        #expect(await run.report.ending == .queueClosed)
+        #expect(await fixture.queue.run(until: .distantFuture).ending == .queueClosed)
+    }
+}
