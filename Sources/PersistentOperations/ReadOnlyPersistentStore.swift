@@ -188,6 +188,34 @@ public final class ReadOnlyPersistentStore: Sendable {
         return counts
     }
 
+    /// The earliest moment a pending record becomes due, as its dates tell: `now` when one is
+    /// due already, `nil` when there are no readable pending records.
+    ///
+    /// Each pending record counts from its ``StoredOperationRecord/dueDate`` (the later of its
+    /// not-before and next-attempt dates; for a periodic operation waiting for its next
+    /// period, the start of that period's window), and a date already past counts as `now`.
+    /// Failed records and unreadable entries do not count.
+    ///
+    /// A read-only view cannot see prerequisites or run conditions as a live queue does: every
+    /// pending record counts by its dates alone — one waiting for a prerequisite or running an
+    /// attempt included — so the result may be earlier than the live queue's
+    /// ``PersistentOperationQueue/nextDueDate``, which leaves those out.
+    ///
+    /// ```swift
+    /// let store = try ReadOnlyPersistentStore(directory: storeURL)
+    /// if let next = try store.nextDueDate() {
+    ///     print("next work is due at \(next)")
+    /// } else {
+    ///     print("no pending work")
+    /// }
+    /// ```
+    ///
+    /// - Parameter now: The current moment; records due before it are due at `now`.
+    /// - Throws: ``PersistenceError`` when the pending area cannot be listed.
+    public func nextDueDate(now: Date = Date()) throws -> Date? {
+        try pendingRecords().records.lazy.map { max($0.dueDate ?? now, now) }.min()
+    }
+
     /// The process the store's lock file names, or `nil` when there is none. Reading the file
     /// takes no lock; a process that is not running only says who held the store last.
     ///

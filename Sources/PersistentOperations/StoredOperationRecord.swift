@@ -40,7 +40,8 @@ public struct StoredOperationRecord: Sendable, Hashable {
     public var priority: Int
     /// When the operation was first added.
     public var enqueuedAt: Date
-    /// The not-before date it was added with.
+    /// The not-before date it was added with; for a periodic operation, the start of its
+    /// current period's window.
     public var notBefore: Date?
     /// No attempt starts at or after this date (``EnqueueOptions/expirationDate``).
     public var expirationDate: Date? = nil
@@ -50,6 +51,21 @@ public struct StoredOperationRecord: Sendable, Hashable {
     public var conditions: [String] = []
     /// When the next attempt is due, after a retry was scheduled.
     public var nextAttemptAt: Date?
+    /// When the record may next start: the later of ``notBefore`` and ``nextAttemptAt``, or
+    /// `nil` when it is due now. Only the dates count: a read-only view cannot tell whether a
+    /// prerequisite is pending (see ``state``) or a run condition holds. For a failed record,
+    /// when it could start once re-queued.
+    public var dueDate: Date? = nil
+    /// How a periodic operation repeats (``EnqueueOptions/repeating``), or `nil` for an
+    /// operation that runs once.
+    public var repeating: RepeatSchedule? = nil
+    /// For a periodic operation, the target of its current period: the period may start from
+    /// `repeating.flex` seconds before it (its ``notBefore``), and the next period targets a
+    /// whole number of intervals later. `nil` for an operation that runs once.
+    public var periodTarget: Date? = nil
+    /// For a periodic operation, the periods that have ended, succeeded or failed for good;
+    /// 0 for an operation that runs once.
+    public var completedPeriods: Int = 0
     /// The tags it was added with.
     public var tags: Set<String>
     /// The unique key it was added with.
@@ -150,6 +166,10 @@ extension StoredOperationRecord {
         )
         expirationDate = record.expiresAt
         conditions = record.conditions
+        dueDate = record.dueDate
+        repeating = record.repeatInterval.map { RepeatSchedule(interval: $0, flex: record.repeatFlex) }
+        periodTarget = record.periodTarget
+        completedPeriods = record.completedPeriods
         if let evidence {
             crashes = evidence.crashes
             runsAlone = evidence.runsAlone

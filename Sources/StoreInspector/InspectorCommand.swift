@@ -36,10 +36,12 @@ struct InspectorCommand {
         holds it.
 
         Reading:
-          list              pending records: id, type, priority, retries, attempts, next attempt, tags, unique key
+          list              pending records: id, type, priority, retries, attempts, next attempt, tags, unique key,
+                            due (when it may next start), repeats (a periodic series' schedule)
           show ID           every field of one record, and its payload as a property list
           failed            records in the failed area, with the reason each failed
-          stats             counts per area and per type, quarantined entries with reasons
+          stats             counts per area and per type, periodic series, the next due date,
+                            quarantined entries with reasons
 
         Changing (need the store's lock):
           retry-failed ID | --all   move failed records back to pending with a fresh retry budget

@@ -29,6 +29,54 @@ enum RecordPresentation {
         record.state == .running || record.area == .failed ? nil : record.nextAttemptAt ?? record.notBefore
     }
 
+    /// When the record may next start (``StoredOperationRecord/dueDate``): `-` while an
+    /// attempt runs or for a failed record, `now` when it is due (its dates allow it to start;
+    /// prerequisites and run conditions are the app's to judge), else the date.
+    static func dueText(of record: StoredOperationRecord) -> String {
+        if record.state == .running || record.area == .failed { return "-" }
+        return record.dueDate.map(text) ?? "now"
+    }
+
+    /// When the record may next start, for JSON: `null` while an attempt runs, for a failed
+    /// record, or when it is due (as for `nextAttempt`).
+    static func due(of record: StoredOperationRecord) -> Date? {
+        record.state == .running || record.area == .failed ? nil : record.dueDate
+    }
+
+    /// A number of seconds: whole numbers as integers (`3600`), others as reals (`0.5`).
+    static func seconds(_ value: Double?) -> JSONValue {
+        guard let value else { return .null }
+        if value.rounded() == value, abs(value) < 9_007_199_254_740_992 { return .integer(Int64(value)) }
+        return .double(value)
+    }
+
+    /// `3600` or `0.5`, for text.
+    static func secondsText(_ value: Double) -> String {
+        seconds(value).rendered()
+    }
+
+    /// How a periodic record repeats, for tables: `every 3600 s`, with `, flex 600 s` when
+    /// its periods may start early; `-` for a record that runs once.
+    static func repeatText(of record: StoredOperationRecord) -> String {
+        guard let schedule = record.repeating else { return "-" }
+        var text = "every \(secondsText(schedule.interval)) s"
+        if schedule.flex > 0 { text += ", flex \(secondsText(schedule.flex)) s" }
+        return text
+    }
+
+    /// The periodic fields, the same in `list` and `show`: `repeatEvery` and `flex` in seconds
+    /// (`null` for a record that runs once), the current period's target, the periods ended,
+    /// and `due` (see ``due(of:)``).
+    static func periodicFields(of record: StoredOperationRecord) -> [(String, JSONValue)] {
+        [
+            ("repeatEvery", seconds(record.repeating?.interval)),
+            ("flex", seconds(record.repeating?.flex)),
+            ("periodTarget", json(record.periodTarget)),
+            ("completedPeriods", .integer(Int64(record.completedPeriods))),
+            ("due", json(due(of: record))),
+        ]
+    }
+
     /// A state's stable name (the same in tables and JSON); `-` for a failed record.
     static func name(of state: PersistentOperationInfo.State?) -> String {
         switch state {
@@ -51,7 +99,7 @@ enum RecordPresentation {
     }
 
     /// The fields `list` and `failed` show, in a stable order. `attempts` counts the attempts
-    /// started, in-flight ones included.
+    /// started, in-flight ones included; the periodic fields come last (see ``periodicFields(of:)``).
     static func summary(of record: StoredOperationRecord) -> JSONValue {
         .object([
             ("id", .string(record.id.rawValue)),
@@ -68,7 +116,7 @@ enum RecordPresentation {
             ("prerequisites", ids(record.prerequisites)),
             ("expiresAt", json(record.expirationDate)),
             ("conditions", .array(record.conditions.map { .string($0) })),
-        ])
+        ] + periodicFields(of: record))
     }
 
     /// Every field of the record, and its payload decoded generically (see ``payload(of:)``).
@@ -98,6 +146,7 @@ enum RecordPresentation {
             ("failedPrerequisite", .string(record.failedPrerequisite?.rawValue)),
             ("lastError", .string(record.lastErrorDescription)),
             ("failureReason", .string(record.failureReason)),
+        ] + periodicFields(of: record) + [
             ("payloadBytes", .integer(Int64(record.payload.count))),
             ("payload", payload(of: record)),
         ])

@@ -4,10 +4,13 @@ import PersistentOperations
 /// The reading commands: `list`, `show` and `failed`.
 extension StoreInspector {
     /// Prints the pending records in run order, then the entries that could not be read.
-    /// ATTEMPTS counts the attempts started, the one running included.
+    /// ATTEMPTS counts the attempts started, the one running included. DUE is when the record
+    /// may next start (`now` when its dates allow it already); REPEATS shows a periodic
+    /// series' schedule.
     ///
-    ///     ID                                    TYPE         STATE    PRIORITY  RETRIES  ATTEMPTS  NEXT ATTEMPT  TAGS  UNIQUE KEY
-    ///     0B9D…                                 demo.upload  running  0         1        2         -             -     upload-1
+    ///     ID     TYPE          STATE      PRIORITY  RETRIES  ATTEMPTS  NEXT ATTEMPT              TAGS  UNIQUE KEY  DUE                       REPEATS
+    ///     0B9D…  demo.upload   running    0         1        2         -                         -     upload-1    -                         -
+    ///     5C21…  demo.refresh  scheduled  0         0        0         2025-11-21T21:50:00.000Z  -     catalogue   2025-11-21T21:50:00.000Z  every 3600 s, flex 600 s
     func list() throws {
         let list = try readOnlyStore().pendingRecords()
         if json {
@@ -18,13 +21,16 @@ extension StoreInspector {
             ]).rendered(pretty: true))
             return
         }
-        var table = TextTable(headers: ["ID", "TYPE", "STATE", "PRIORITY", "RETRIES", "ATTEMPTS", "NEXT ATTEMPT", "TAGS", "UNIQUE KEY"])
+        var table = TextTable(headers: [
+            "ID", "TYPE", "STATE", "PRIORITY", "RETRIES", "ATTEMPTS", "NEXT ATTEMPT", "TAGS", "UNIQUE KEY", "DUE", "REPEATS",
+        ])
         for record in list.records {
             table.append([
                 record.id.rawValue, record.typeIdentifier, RecordPresentation.name(of: record.state),
                 "\(record.priority)", "\(record.numberOfRetries)", "\(record.numberOfAttempts)",
                 RecordPresentation.nextAttemptText(of: record),
                 RecordPresentation.tagsText(record.tags), record.uniqueKey ?? "-",
+                RecordPresentation.dueText(of: record), RecordPresentation.repeatText(of: record),
             ])
         }
         print("\(list.records.count) pending \(list.records.count == 1 ? "record" : "records") in \(store.path)")
@@ -33,7 +39,8 @@ extension StoreInspector {
     }
 
     /// Prints every field of one pending or failed record, and its payload. `id` is
-    /// already in its stored (uppercase) form when it is an identifier at all.
+    /// already in its stored (uppercase) form when it is an identifier at all. In text, a
+    /// record that is due reads `due: now` (its JSON `due` is `null`, as its `nextAttempt` is).
     func show(_ id: String) throws {
         let reader = try readOnlyStore()
         for (area, list) in [("pending", try reader.pendingRecords()), ("failed", try reader.failedRecords())] {
@@ -45,6 +52,7 @@ extension StoreInspector {
                     let width = members.map(\.0.count).max() ?? 0
                     for (key, value) in members {
                         let text = switch value {
+                        case _ where key == "due": RecordPresentation.dueText(of: record)
                         case .string(let string): string
                         case .null: "-"
                         default: value.rendered(pretty: true)

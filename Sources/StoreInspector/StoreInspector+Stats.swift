@@ -10,19 +10,26 @@ import Darwin
 /// The `stats` command.
 extension StoreInspector {
     /// Prints counts per area and per type identifier (no registry needed), the quarantined
-    /// entries with their reasons, attempts in flight, and which process the lock file names.
+    /// entries with their reasons, attempts in flight, the periodic series among the pending
+    /// records, when the next pending record is due (``ReadOnlyPersistentStore/nextDueDate(now:)``:
+    /// by the records' dates alone), and which process the lock file names.
     ///
-    ///     pending       14   demo.upload 14
+    ///     pending       14   demo.upload 13, demo.refresh 1
     ///       running      2   -
+    ///       periodic     1   demo.refresh 1
     ///     failed         3   demo.upload 3
     ///     quarantined    1
     ///       0F3A….record: The record file is corrupt (checksum mismatch); it cannot be read.
+    ///     next due: now
     func stats() throws {
         let reader = try readOnlyStore()
         let pending = try reader.pendingRecords()
         let failed = try reader.failedRecords()
         let quarantined = try reader.quarantinedEntries()
         let running = pending.records.filter { $0.state == .running }.count
+        let periodic = pending.records.filter { $0.repeating != nil }
+        let now = Date()
+        let nextDue = try reader.nextDueDate(now: now)
         let holder = reader.lockHolder
         let unreadable = Self.json(pending.unreadable, area: "pending") + Self.json(failed.unreadable, area: "failed")
         if json {
@@ -39,6 +46,9 @@ extension StoreInspector {
                 ("attemptsInFlight", .integer(Int64(running))),
                 ("lockFileProcess", holder.map { .integer(Int64($0.processIdentifier)) } ?? .null),
                 ("lockFileProcessIsRunning", holder.map { .bool($0.isRunning) } ?? .null),
+                ("periodic", .integer(Int64(periodic.count))),
+                ("periodicByType", Self.countsByType(periodic)),
+                ("nextDueDate", RecordPresentation.json(nextDue)),
             ]).rendered(pretty: true))
             return
         }
@@ -46,6 +56,7 @@ extension StoreInspector {
         var table = TextTable(headers: ["AREA", "COUNT", "BY TYPE"])
         table.append(["pending", "\(pending.records.count)", Self.byTypeText(pending.records)])
         table.append(["  running", "\(running)", "-"])
+        table.append(["  periodic", "\(periodic.count)", Self.byTypeText(periodic)])
         table.append(["failed", "\(failed.records.count)", Self.byTypeText(failed.records)])
         table.append(["quarantined", "\(quarantined.count)", "-"])
         table.append(["unreadable", "\(unreadable.count)", "-"])
@@ -56,6 +67,8 @@ extension StoreInspector {
         }
         printUnreadable(pending.unreadable, area: "pending")
         printUnreadable(failed.unreadable, area: "failed")
+        // By the pending records' dates alone: prerequisites and run conditions are the app's to judge.
+        print("next due: \(nextDue.map { $0 <= now ? "now" : RecordPresentation.text($0) } ?? "- (no pending records)")")
         if let holder {
             print("store.lock names process \(holder.processIdentifier), which is \(holder.isRunning ? "running (an app may hold the store)" : "not running")")
         }

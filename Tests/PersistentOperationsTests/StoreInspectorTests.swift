@@ -283,6 +283,122 @@ struct StoreInspectorTests {
         #expect(text.output.contains("crashes:") && text.output.contains("runsAlone:"))
     }
 
+    @Test func listShowAndStatsTellPeriodicSeriesAndWhenWorkIsDue() async throws {
+        // Given a series repeating every hour (flex 10 min) that has run two periods and waits
+        // for the window of the next, and a record added once with a later not-before date
+        let directory = try TemporaryDirectory()
+        let target = Date(timeIntervalSinceReferenceDate: 3_000_000_000)   // 2096-01-25T05:20:00Z
+        var series = try makeRecord(index: 1)
+        series.uniqueKey = "catalogue"
+        series.repeatInterval = 3600
+        series.repeatFlex = 600
+        series.periodTarget = target
+        series.notBefore = target.addingTimeInterval(-600)
+        series.completedPeriods = 2
+        var once = try makeRecord(index: 2)
+        once.notBefore = target.addingTimeInterval(100.5)
+        do {
+            let store = try RecordStore(directory: directory.store)
+            try store.add(series)
+            try store.add(once)
+            store.close()
+        }
+
+        // When the inspector lists, shows and counts them
+        let list = try await Self.inspect("list", directory.store.path, "--json")
+        let table = try await Self.inspect("list", directory.store.path)
+        let shown = try await Self.inspect("show", directory.store.path, series.id, "--json")
+        let shownText = try await Self.inspect("show", directory.store.path, series.id)
+        let shownOnce = try await Self.inspect("show", directory.store.path, once.id, "--json")
+        let stats = try await Self.inspect("stats", directory.store.path, "--json")
+        let statsTable = try await Self.inspect("stats", directory.store.path)
+        for result in [list, table, shown, shownText, shownOnce, stats, statsTable] {
+            #expect(result.status == 0, "\(result.error)")
+        }
+
+        // Then list shows the series' schedule, target, periods and due date (its window's start),
+        // besides the fields it always showed
+        let pending = try #require(try list.json()["pending"] as? [[String: Any]])
+        #expect(pending.map { $0["id"] as? String } == [series.id, once.id])
+        #expect(pending[0]["repeatEvery"] as? Int == 3600)
+        #expect(pending[0]["flex"] as? Int == 600)
+        #expect(pending[0]["periodTarget"] as? String == "2096-01-25T05:20:00.000Z")
+        #expect(pending[0]["completedPeriods"] as? Int == 2)
+        #expect(pending[0]["due"] as? String == "2096-01-25T05:10:00.000Z")
+        #expect(pending[0]["nextAttempt"] as? String == "2096-01-25T05:10:00.000Z")
+        #expect(pending[0]["uniqueKey"] as? String == "catalogue")
+        #expect(pending[1]["repeatEvery"] is NSNull && pending[1]["flex"] is NSNull && pending[1]["periodTarget"] is NSNull)
+        #expect(pending[1]["completedPeriods"] as? Int == 0)
+        #expect(pending[1]["due"] as? String == "2096-01-25T05:21:40.500Z")
+        // And the table adds DUE and REPEATS after the columns it always had
+        let lines = table.output.split(separator: "\n").map(String.init)
+        let header = try #require(lines.first { $0.hasPrefix("ID") })
+        #expect(header.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
+            == "ID TYPE STATE PRIORITY RETRIES ATTEMPTS NEXT ATTEMPT TAGS UNIQUE KEY DUE REPEATS")
+        let seriesRow = try #require(lines.first { $0.hasPrefix(series.id) })
+        #expect(seriesRow.hasSuffix("catalogue   2096-01-25T05:10:00.000Z  every 3600 s, flex 600 s"))
+        let onceRow = try #require(lines.first { $0.hasPrefix(once.id) })
+        #expect(onceRow.hasSuffix("2096-01-25T05:21:40.500Z  -"))
+
+        // And show tells every periodic field, in JSON and in text
+        let details = try shown.json()
+        #expect(details["repeatEvery"] as? Int == 3600)
+        #expect(details["flex"] as? Int == 600)
+        #expect(details["periodTarget"] as? String == "2096-01-25T05:20:00.000Z")
+        #expect(details["completedPeriods"] as? Int == 2)
+        #expect(details["due"] as? String == "2096-01-25T05:10:00.000Z")
+        #expect(details["notBefore"] as? String == "2096-01-25T05:10:00.000Z")
+        #expect(details["formatVersion"] as? Int == 4)
+        #expect(details["payloadBytes"] as? Int == series.payload.count)
+        let textLines = shownText.output.split(separator: "\n").map { $0.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ") }
+        #expect(textLines.contains("repeatEvery: 3600"))
+        #expect(textLines.contains("flex: 600"))
+        #expect(textLines.contains("periodTarget: 2096-01-25T05:20:00.000Z"))
+        #expect(textLines.contains("completedPeriods: 2"))
+        #expect(textLines.contains("due: 2096-01-25T05:10:00.000Z"))
+        let onceDetails = try shownOnce.json()
+        #expect(onceDetails["repeatEvery"] is NSNull && onceDetails["periodTarget"] is NSNull)
+        #expect(onceDetails["completedPeriods"] as? Int == 0)
+        #expect(onceDetails["due"] as? String == "2096-01-25T05:21:40.500Z")
+
+        // And stats counts the series and names the next due date, the series' window start
+        let counts = try stats.json()
+        #expect(counts["pending"] as? Int == 2)
+        #expect(counts["periodic"] as? Int == 1)
+        #expect(counts["periodicByType"] as? [String: Int] == ["com.example.upload": 1])
+        #expect(counts["nextDueDate"] as? String == "2096-01-25T05:10:00.000Z")
+        let statsLines = statsTable.output.split(separator: "\n").map { $0.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ") }
+        #expect(statsLines.contains("periodic 1 com.example.upload 1"))
+        #expect(statsLines.contains("next due: 2096-01-25T05:10:00.000Z"))
+
+        // When a record due now is added
+        let due = try makeRecord(index: 3)
+        do {
+            let store = try RecordStore(directory: directory.store)
+            try store.add(due)
+            store.close()
+        }
+        let dueText = try await Self.inspect("show", directory.store.path, due.id)
+        let dueJSON = try await Self.inspect("show", directory.store.path, due.id, "--json")
+        let dueTable = try await Self.inspect("list", directory.store.path)
+        let statsNow = try await Self.inspect("stats", directory.store.path)
+        let empty = try TemporaryDirectory()
+        try RecordStore(directory: empty.store).close()
+        let emptyStats = try await Self.inspect("stats", empty.store.path, "--json")
+
+        // Then it reads as due now everywhere, and so does the store
+        let dueLines = dueText.output.split(separator: "\n").map { $0.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ") }
+        #expect(dueLines.contains("due: now"))
+        #expect(try dueJSON.json()["due"] is NSNull)
+        let dueRow = try #require(dueTable.output.split(separator: "\n").first { $0.hasPrefix(due.id) })
+        #expect(dueRow.split(separator: " ", omittingEmptySubsequences: true).suffix(3) == ["-", "now", "-"])
+        #expect(statsNow.output.contains("next due: now"))
+        // And a store without pending records has no next due date
+        #expect(emptyStats.status == 0, "\(emptyStats.error)")
+        #expect(try emptyStats.json()["nextDueDate"] is NSNull)
+        #expect(try emptyStats.json()["periodic"] as? Int == 0)
+    }
+
     @Test func aMissingDirectoryOrABadCommandLineIsAClearError() async throws {
         let directory = try TemporaryDirectory()
         let missing = directory.url.appendingPathComponent("nowhere").path
