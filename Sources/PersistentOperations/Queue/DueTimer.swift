@@ -78,8 +78,7 @@ final class DueTimer: RetryScheduler, @unchecked Sendable {
     /// Arms the underlying timer for the earliest due date, unless it already is.
     /// The scheduler is called outside the lock.
     private func rearm() {
-        let now = base.now
-        let plan = state.withLock { state -> (previous: (any ScheduledRetry)?, delay: TimeInterval?, generation: UInt64)? in
+        let plan = state.withLock { state -> (previous: (any ScheduledRetry)?, due: Date?, generation: UInt64)? in
             while let first = state.heap.first, state.cancelled.remove(first.sequence) != nil {
                 _ = state.heap.popFirst()
             }
@@ -94,13 +93,15 @@ final class DueTimer: RetryScheduler, @unchecked Sendable {
             state.armGeneration += 1
             state.armedFor = earliest
             defer { state.armed = nil }
-            return (state.armed, earliest.timeIntervalSince(now), state.armGeneration)
+            return (state.armed, earliest, state.armGeneration)
         }
         guard let plan else { return }
         plan.previous?.cancel()
-        guard let delay = plan.delay else { return }
+        guard let due = plan.due else { return }
         let generation = plan.generation
-        let handle = base.schedule(after: max(0, delay)) { [weak self] in
+        // The delay is measured just before the base timer is set: a clock read earlier (a test
+        // clock moved by another thread meanwhile) would set it late by the difference.
+        let handle = base.schedule(after: max(0, due.timeIntervalSince(base.now))) { [weak self] in
             self?.fire(generation)
         }
         let stale = state.withLock { state -> Bool in
