@@ -72,6 +72,14 @@ do {
             fail("usage: crash-demo add-expiring --store DIR --count N --expires-in SECONDS")
         }
         try AddExpiringCommand(store: URL(fileURLWithPath: store), count: count, expiresIn: seconds).run()
+    case "periodic":
+        guard let store = option("--store"), let effects = option("--effects"),
+              let interval = option("--interval").flatMap(TimeInterval.init),
+              let milliseconds = option("--attempt-ms").flatMap(Int.init) else {
+            fail("usage: crash-demo periodic --store DIR --effects FILE --interval SECONDS --attempt-ms MS [--until-periods N]")
+        }
+        try PeriodicCommand(store: URL(fileURLWithPath: store), effects: effects, interval: interval,
+                            attemptMilliseconds: milliseconds, untilPeriods: option("--until-periods").flatMap(Int.init)).run()
     case "restore-report":
         guard let store = option("--store") else { fail("usage: crash-demo restore-report --store DIR") }
         try RestoreReportCommand(store: URL(fileURLWithPath: store)).run()

@@ -55,6 +55,23 @@ struct MalformedRecordTests {
             recordFile(body: Data(try goodFile(named: name, index: 9).dropFirst(RecordFormat.headerSize)), version: UInt16(OperationRecord.currentFormatVersion + 1))
         }
         try add("identifier does not match the file name", .quarantined) { _ in try goodFile(named: recordName(), index: 9) }
+        // Periodic records (version 4): a schedule that cannot be followed is refused, not guessed at
+        func periodic(_ name: String, interval: Double, flex: Double = 0, target: Date? = Date(timeIntervalSinceReferenceDate: 0)) throws -> Data {
+            var record = try makeRecord(index: 7)
+            record.id = StoreLayout.recordIdentifier(fromFileName: name) ?? record.id
+            record.repeatInterval = interval
+            record.repeatFlex = flex
+            record.periodTarget = target
+            record.formatVersion = 4
+            // Written around the encoder, which refuses a record it could not read back.
+            return recordFile(body: BinaryPropertyListWriter.data(for: record.propertyListValue), version: 4)
+        }
+        try add("periodic, valid", .loads) { try periodic($0, interval: 60, flex: 10) }
+        try add("periodic, negative interval", .quarantined) { try periodic($0, interval: -60) }
+        try add("periodic, zero interval", .quarantined) { try periodic($0, interval: 0) }
+        try add("periodic, infinite interval", .quarantined) { try periodic($0, interval: .infinity) }
+        try add("periodic, flex beyond the interval", .quarantined) { try periodic($0, interval: 60, flex: 61) }
+        try add("periodic, no period target", .quarantined) { try periodic($0, interval: 60, target: nil) }
         try add("unexpected name", .quarantined, name: "notes.txt") { _ in Data("hello".utf8) }
         try add("oversized file", .quarantined) { _ in Data(count: RecordFormat.defaultMaximumRecordSize + 1) }
         try add("plain binary plist without header", .quarantined) { _ in CraftedPropertyList.assemble(objects: [[0x10, 0x01]]) }

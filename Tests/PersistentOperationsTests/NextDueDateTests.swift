@@ -47,6 +47,22 @@ struct NextDueDateTests {
         #expect(gated.queue.nextDueDate == gated.clock.now)
     }
 
+    @Test func aPeriodicSeriesIsDueWhenItsNextWindowOpens() async throws {
+        // Given a series every hour with a 10-minute window, and a retry due in 40 minutes
+        let fixture = try QueueFixture(maxConcurrent: 2)
+        let now = fixture.clock.now
+        try fixture.queue.addOperation(fixture.upload("hourly"), options: EnqueueOptions(repeating: .every(3600, flex: 600)))
+        #expect(try await eventually { fixture.queue.operations().first?.completedPeriods == 1 })
+        // Then between periods it is due at its window's start, not its target
+        #expect(try await eventually { fixture.queue.nextDueDate == now.addingTimeInterval(3000) })
+        try fixture.queue.addOperation(fixture.upload("flaky", [.retry, .succeed], retryDelay: 2400))
+        #expect(try await eventually { fixture.queue.nextDueDate == now.addingTimeInterval(2400) })
+        await fixture.clock.waitForTotalScheduledRetries(count: 2)
+        fixture.clock.advance(by: 2400)
+        #expect(try await eventually { fixture.lines.contains("flaky#2 retry=true retries=1") })
+        #expect(try await eventually { fixture.queue.nextDueDate == now.addingTimeInterval(3000) })
+    }
+
     @Test func restoredRecordsCountOnceRestored() throws {
         let directory = try TemporaryDirectory()
         let clock = ManualRetryScheduler()

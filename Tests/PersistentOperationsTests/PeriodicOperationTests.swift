@@ -61,18 +61,32 @@ struct PeriodicOperationTests {
         try fixture.queue.addOperation(fixture.note("tick"), options: EnqueueOptions(repeating: .every(interval)))
         var random = SeededGenerator(seed: 16)
         for period in 1...periods {
-            #expect(try await eventually { fixture.queue.operations().first?.completedPeriods == period })
+            let ended = try await eventually(seconds: 30) { fixture.queue.state.withLock { $0.entries.first?.value.record.completedPeriods } == period }
+            if !ended {
+                let entry = fixture.queue.state.withLock { $0.entries.first?.value }
+                Issue.record("period \(period) did not end: phase \(String(describing: entry?.phase)), started \(entry?.hasStarted ?? false), built \(entry?.operation != nil), clock timers \(fixture.clock.pendingCount), now \(fixture.clock.now)")
+                break
+            }
             let target = try #require(fixture.queue.operations().first?.periodTarget)
             if target != start.addingTimeInterval(Double(period) * interval) {
                 Issue.record("period \(period) targets \(target), not start + \(period) intervals")
                 break
             }
+            // The clock moves only once the next period's timer is set (as the other tests wait
+            // for theirs): a timer set while another thread moves the clock measures its delay
+            // from a time already past.
+            #expect(try await eventually(seconds: 30) {
+                fixture.clock.pendingCount == 1 && fixture.queue.state.withLock { state in
+                    if case .scheduled(let token)? = state.entries.first?.value.phase { return token != nil }
+                    return false
+                }
+            })
             let lateness = Double(UInt32.random(in: 0...1_800, using: &random))
             fixture.clock.advance(by: target.timeIntervalSince(fixture.clock.now) + lateness)
             // The next period's timer may be set just after the count changed: it is then
             // already due, and fires at the next advance.
             let waitEnds = Date().addingTimeInterval(10)
-            while fixture.queue.operations().first?.completedPeriods == period, Date() < waitEnds {
+            while fixture.queue.state.withLock({ $0.entries.first?.value.record.completedPeriods }) == period, Date() < waitEnds {
                 try await Task.sleep(for: .milliseconds(1))
                 fixture.clock.advance(by: 0)
             }
