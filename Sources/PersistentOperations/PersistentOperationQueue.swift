@@ -102,6 +102,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         /// Periodic entries between two periods (see `+Periodic`): the queue counts as idle
         /// when these are all it holds.
         var seriesBetweenPeriods: Set<String> = []
+        /// Entries whose retry wait has begun but whose record is still being saved (see
+        /// `+Attempts`): a bounded run's stop waits for them.
+        var retriesBeingSaved: Set<String> = []
 
         /// Whether every entry left is a periodic series waiting for its next period: what
         /// `waitUntilAllOperationsAreFinished()` waits for.
@@ -123,6 +126,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     let conditionProviders = Locked<[String: RegisteredCondition]>([:])
     /// The active bounded runs (see `+BoundedRuns`).
     let runs = Locked<[ObjectIdentifier: BoundedRun]>([:])
+    /// Serialises a run's start (registering it, resuming the queue) with the end of the last
+    /// run (suspending it). Held only around those two steps.
+    let runTransitions = NSLock()
     /// Where the providers' change reports are handled, one at a time and in order.
     let conditionQueue = DispatchQueue(label: "PersistentOperationQueue.conditions")
     /// Serialises adds that carry a unique key, so two cannot both see the key free.

@@ -275,3 +275,65 @@ struct BoundedRunTests {
         #expect(await fixture.queue.run(until: .distantFuture).ending == .queueClosed)
     }
 }
+
+@Suite("Persistent queue: bounded runs on a slow disk", .timeLimit(.minutes(1)))
+struct BoundedRunSlowDiskTests {
+    /// The system file system with every file sync made `delay` seconds slower once `slow` is set.
+    static func slowSyncs(_ slow: Locked<Bool>, delay: TimeInterval) -> FileSystem {
+        var fileSystem = FileSystem.system
+        let synchronize = fileSystem.synchronize
+        fileSystem.synchronize = { descriptor in
+            if slow.withLock({ $0 }) { usleep(UInt32(delay * 1_000_000)) }
+            try synchronize(descriptor)
+        }
+        return fileSystem
+    }
+
+    @Test func theReportWaitsUntilTheStoppedAttemptsRecordsAreSaved() async throws {
+        let slow = Locked(false)
+        let fixture = try QueueFixture(maxConcurrent: 1, suspended: true, fileSystem: Self.slowSyncs(slow, delay: 0.3))
+        fixture.queue.register(StuckUpload.self)
+        try fixture.queue.addOperation(StuckUpload(payload: UploadPayload(name: "stuck", journal: fixture.journal)))
+        let run = fixture.queue.startBoundedRun(until: .distantFuture, stopGracePeriod: 10)
+        #expect(try await eventually { fixture.lines.contains("stuck#1 retry=false retries=0") })
+
+        // When the stop's record write takes 0.3 s
+        slow.withLock { $0 = true }
+        run.stop()
+        let report = await run.report
+
+        // Then the report came after it: the record on disk has the stop, and the retry is counted
+        #expect(try fixture.pendingRecords().first?.lastErrorDescription?.contains("stopped") == true)
+        #expect(report.stopped.count == 1)
+        #expect(report.retriesScheduled == report.stopped)
+        slow.withLock { $0 = false }
+    }
+}
+
+@Suite("Persistent queue: periodic operations on a slow disk", .timeLimit(.minutes(1)))
+struct PeriodicSlowDiskTests {
+    @Test func aSeriesCancelledWhileItsPeriodsEndIsBeingSavedStaysCancelled() async throws {
+        // Given a series whose period-end write takes 0.3 s
+        let slow = Locked(false)
+        let directory = try TemporaryDirectory()
+        let fixture = try QueueFixture(directory: directory, fileSystem: BoundedRunSlowDiskTests.slowSyncs(slow, delay: 0.3))
+        slow.withLock { $0 = true }
+        let result = try fixture.queue.addOperation(fixture.upload("tick"), options: EnqueueOptions(repeating: .every(60)))
+
+        // When it is cancelled as soon as its first period's attempt ended (during that write)
+        #expect(try await eventually { fixture.lines.count == 1 })
+        try await Task.sleep(for: .milliseconds(50))
+        fixture.queue.cancelOperation(withID: result.id)
+        await fixture.queue.allOperationsFinished()
+        slow.withLock { $0 = false }
+
+        // Then its record is gone for good: not written back by the period's end, not restored
+        let events = fixture.deliveredEvents()
+        #expect(events.contains(.cancelled(result.id)))
+        #expect(try fixture.pendingRecords().isEmpty)
+        fixture.queue.close()
+        let next = try QueueFixture.open(directory, clock: fixture.clock, events: fixture.events)
+        #expect(try next.restore().restored.isEmpty)
+        #expect(next.operations().isEmpty)
+    }
+}

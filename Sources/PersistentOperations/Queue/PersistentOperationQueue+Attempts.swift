@@ -52,6 +52,7 @@ extension PersistentOperationQueue {
             var slot: AttemptSlot?
             if case .running(let running) = entry.phase { slot = running }
             entry.phase = .waitingToRetry
+            state.retriesBeingSaved.insert(id)
             return (entry.record, slot)
         }
         guard let change else { return }
@@ -65,6 +66,7 @@ extension PersistentOperationQueue {
             PersistentOperationID(record: id), isCounted: wait.isCounted,
             numberOfRetries: wait.numberOfRetriesOnRetry, nextAttemptAt: change.record.nextAttemptAt
         ))
+        state.withLock { _ = $0.retriesBeingSaved.remove(id) }
         change.slot?.release()
     }
 

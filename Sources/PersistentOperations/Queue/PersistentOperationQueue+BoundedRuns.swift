@@ -37,8 +37,15 @@ extension PersistentOperationQueue {
             run.end(.queueClosed)
             return run
         }
-        hub.addMonitor(key) { [weak run] event in run?.observe(event) }
+        // Registered on the events' queue: events emitted before the run started, not yet
+        // delivered, are not counted as the run's.
+        hub.deliver { [hub] in hub.addMonitor(key) { [weak run] event in run?.observe(event) } }
+        // Registered and resumed in one step, so that the end of another run cannot suspend
+        // the queue in between (see `finishRun`).
+        runTransitions.lock()
         runs.withLock { $0[key] = run }
+        operationQueue.isSuspended = false
+        runTransitions.unlock()
         if deadline < .distantFuture {
             let token = timer.schedule(at: deadline) { [weak run] in run?.end(.deadlineReached) }
             let isOver = run.core.withLock { core -> Bool in
@@ -48,7 +55,6 @@ extension PersistentOperationQueue {
             }
             if isOver { token.cancel() }
         }
-        operationQueue.isSuspended = false
         // Nothing may be due at all: check once the queue has had the events so far.
         hub.deliver { [weak self, weak run] in
             guard let self, let run else { return }
@@ -115,14 +121,16 @@ extension PersistentOperationQueue {
     /// queue and stops the attempts in flight (a drained run has none), then makes the report.
     func finishRun(_ run: BoundedRun, ending: BoundedRunReport.Ending) -> BoundedRunReport {
         let key = ObjectIdentifier(run)
+        runTransitions.lock()
         let isLast = runs.withLock { runs -> Bool in
             runs.removeValue(forKey: key)
             return runs.isEmpty
         }
+        if isLast { operationQueue.isSuspended = true }
+        runTransitions.unlock()
         var stopped: [String] = []
         var stillRunning: [String] = []
         if isLast {
-            operationQueue.isSuspended = true
             if ending == .deadlineReached || ending == .stopped {
                 (stopped, stillRunning) = stopAttemptsInFlight(grace: run.stopGracePeriod)
             } else {
@@ -142,12 +150,14 @@ extension PersistentOperationQueue {
         return report
     }
 
-    /// The entries whose attempt runs in a slot, with their operations.
+    /// The entries whose attempt runs in a slot, or whose retry's record is being saved, with
+    /// their operations.
     private func runningAttempts() -> [(id: String, operation: Operation)] {
         state.withLock { state in
             state.entries.compactMap { id, entry in
-                guard case .running(let slot) = entry.phase, slot != nil, let operation = entry.operation else { return nil }
-                return (id, operation)
+                guard let operation = entry.operation else { return nil }
+                if case .running(let slot) = entry.phase, slot != nil { return (id, operation) }
+                return state.retriesBeingSaved.contains(id) ? (id, operation) : nil
             }
         }
     }
@@ -160,6 +170,8 @@ extension PersistentOperationQueue {
         var stopped = Set<String>()
         var running: [(id: String, operation: Operation)] = []
         while true {
+            // A run started meanwhile has resumed the queue: its attempts are left alone.
+            if runs.withLock({ !$0.isEmpty }) { break }
             running = runningAttempts()
             var waitsFor = 0
             for (id, operation) in running {
