@@ -213,6 +213,34 @@ struct PeriodicOperationTests {
         #expect(record.notBefore == start.addingTimeInterval(180))
     }
 
+    @Test func aCatchUpRunInsideTheNextWindowServesThatPeriodToo() async throws {
+        // 3600 s with a 600 s window: back after 1 h 55 min, the catch-up run falls in the
+        // window of the 2 h target, so it serves that one; the next is 3 h, not a run at once
+        let start = Date(timeIntervalSinceReferenceDate: 0)
+        #expect(PersistentOperationQueue.nextPeriodTarget(after: start, interval: 3600, flex: 600, now: start.addingTimeInterval(6900))
+                == start.addingTimeInterval(10_800))
+        // Outside any window, the next target is the first after now
+        #expect(PersistentOperationQueue.nextPeriodTarget(after: start, interval: 3600, flex: 600, now: start.addingTimeInterval(5000))
+                == start.addingTimeInterval(7200))
+        // On time (ended early in its own window), the next period is one interval on
+        #expect(PersistentOperationQueue.nextPeriodTarget(after: start, interval: 3600, flex: 600, now: start.addingTimeInterval(-590))
+                == start.addingTimeInterval(3600))
+        #expect(PersistentOperationQueue.nextPeriodTarget(after: start, interval: 60, now: start.addingTimeInterval(60))
+                == start.addingTimeInterval(120))
+
+        // In a queue: the first period ran, then the app was away until inside the 2 h window
+        let fixture = try QueueFixture()
+        let now = fixture.clock.now
+        try fixture.queue.addOperation(fixture.upload("tick"), options: EnqueueOptions(repeating: .every(3600, flex: 600)))
+        #expect(try await eventually { periodsEnded(fixture) == 1 })
+        await fixture.clock.waitForTotalScheduledRetries(count: 1)
+        fixture.clock.advance(by: 6900)
+        #expect(try await eventually { periodsEnded(fixture) == 2 })
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(fixture.lines.count == 2)
+        #expect(try theRecord(fixture).periodTarget == now.addingTimeInterval(10_800))
+    }
+
     @Test func theFirstPeriodStartsAtItsNotBeforeDate() async throws {
         let fixture = try QueueFixture()
         let start = fixture.clock.now

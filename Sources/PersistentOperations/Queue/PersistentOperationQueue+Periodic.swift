@@ -26,13 +26,15 @@ extension PersistentOperationQueue {
     }
 
     /// The target of the period after the one that targeted `target`, ending at `now`: the first
-    /// of `target + k × interval` (k ≥ 1) after `now`. Missed periods are skipped, not run.
-    static func nextPeriodTarget(after target: Date, interval: TimeInterval, now: Date) -> Date {
-        let elapsed = now.timeIntervalSince(target)
+    /// of `target + k × interval` (k ≥ 1) whose window (from `flex` before it) opens after `now`.
+    /// Missed periods are skipped, not run — and so is a period whose window was already open
+    /// when this one ended: the run that just ended served it.
+    static func nextPeriodTarget(after target: Date, interval: TimeInterval, flex: TimeInterval = 0, now: Date) -> Date {
+        let elapsed = now.timeIntervalSince(target) + flex
         var periods = max(1, (elapsed / interval).rounded(.down) + 1)
         var next = target.addingTimeInterval(periods * interval)
-        // Floating-point rounding may land exactly on (or just before) now.
-        while next <= now {
+        // Floating-point rounding may land exactly on (or just before) the bound.
+        while next.addingTimeInterval(-flex) <= now {
             periods += 1
             next = target.addingTimeInterval(periods * interval)
         }
@@ -68,7 +70,7 @@ extension PersistentOperationQueue {
                   let interval = entry.record.repeatInterval else { return nil }
             var record = entry.record
             let target = record.periodTarget ?? record.notBefore ?? record.enqueuedAt
-            let next = Self.nextPeriodTarget(after: target, interval: interval, now: now)
+            let next = Self.nextPeriodTarget(after: target, interval: interval, flex: record.repeatFlex, now: now)
             record.periodTarget = next
             record.notBefore = next.addingTimeInterval(-record.repeatFlex)
             record.completedPeriods += 1
@@ -97,7 +99,9 @@ extension PersistentOperationQueue {
             entry.record = record
             entry.operation = nil
             entry.phase = .scheduled(nil)
-            entry.hasStarted = false
+            // Until its record is saved: a cancel meanwhile only marks it (its record must not be
+            // removed before this write, which would bring it back), and is carried out below.
+            entry.hasStarted = true
             entry.attemptsInFlight = 0
             entry.crashes = 0
             entry.hasSuspectFile = false
@@ -121,12 +125,24 @@ extension PersistentOperationQueue {
         }
         store.clearAttemptsInFlight(forRecord: id)
         if ended.hadSuspectFile { store.clearSuspect(forRecord: id) }
+        let isCancelRequested = state.withLock { state -> Bool in
+            guard var entry = state.entries[id] else { return false }
+            entry.hasStarted = false
+            state.entries[id] = entry
+            return entry.isCancelRequested
+        }
         let nextStart = ended.record.notBefore ?? now
         hub.emit(.periodEnded(PersistentOperationID(record: id), failure: failure, nextPeriodAt: nextStart))
         if let slot = ended.slot {
             if slot.isExecuting { slot.release() } else { slot.cancel() }
         }
         if ended.wasIsolatedNext { refillSlots() }
+        if isCancelRequested {
+            // Cancelled (or replaced) while the record was being saved: the series ends now.
+            operationFinished(id, outcome: .cancelled)
+            _ = ended.released
+            return true
+        }
         if failure != nil {
             log(.warning, "\(id): a period failed for good (\(failure ?? "")); the series goes on, next period from \(nextStart)")
         }
