@@ -24,10 +24,10 @@ import Foundation
 /// returns; a plain `Operation` cannot be stopped: both are listed in
 /// ``BoundedRunReport/stillRunning``, and their records stay pending).
 ///
-/// Apple platforms, a `BGProcessingTask` handler (not compiled here — the library has no
-/// BackgroundTasks code):
+/// Apple platforms, a `BGProcessingTask` handler (shown as text: the library has no
+/// BackgroundTasks code, and this cannot be compiled on Linux):
 ///
-/// ```swift
+/// ```text
 /// BGTaskScheduler.shared.register(forTaskWithIdentifier: "com.example.uploads", using: nil) { task in
 ///     let run = queue.startBoundedRun(until: .distantFuture)   // until the system says stop
 ///     task.expirationHandler = { run.stop() }
@@ -79,7 +79,8 @@ public final class BoundedRun: @unchecked Sendable {
     /// the run ended.
     ///
     /// ```swift
-    /// task.expirationHandler = { run.stop() }
+    /// let run = queue.startBoundedRun(until: .distantFuture)
+    /// task.expirationHandler = { run.stop() }     // the system's background time is up
     /// ```
     public func stop() {
         end(.stopped)
@@ -93,6 +94,7 @@ public final class BoundedRun: @unchecked Sendable {
     /// The report, once the run has ended and the attempts it stopped are saved (awaits that).
     ///
     /// ```swift
+    /// let run = queue.startBoundedRun(until: Date().addingTimeInterval(25))
     /// let report = await run.report
     /// print("\(report.succeeded.count) done, next due \(report.nextDueDate.map { "\($0)" } ?? "never")")
     /// ```

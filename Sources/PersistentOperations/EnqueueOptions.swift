@@ -99,9 +99,10 @@ public struct EnqueueOptions: Sendable, Hashable {
     /// `isRetry: false`; a failed attempt is retried by the operation's policy. When a period
     /// ends — succeeded, or failed for good (the retry limit, a non-retriable error) — the
     /// series goes on (``PersistentOperationEvent/periodEnded(_:failure:nextPeriodAt:)``): the
-    /// next period is the first target after that moment. So after a long downtime, or when
-    /// retries outlast the interval, the missed periods run **once**, not once each. A restored
-    /// series keeps its next date: launching the app does not run it.
+    /// next period is the first target whose window opens after that moment. So after a long
+    /// downtime, or when retries outlast the interval, the missed periods run **once**, not once
+    /// each (a late run that ends inside the next target's window serves that period too). A
+    /// restored series keeps its next date: launching the app does not run it.
     ///
     /// Cancelling the operation (``PersistentOperationQueue/cancelOperation(withID:)``, by tag, or a
     /// ``UniqueKeyPolicy/replaceExisting`` add) ends the series, as does its

@@ -82,3 +82,21 @@ var network: Network { Network() }
 var badge: Badge { Badge() }
 func upload(_ file: URL, completion: @escaping @Sendable ((any Error)?) -> Void) {}
 var online: ManualRunCondition { ManualRunCondition() }
+
+/// A background task as the system hands one to an app (the BackgroundTasks framework's
+/// `BGTask` has an `expirationHandler` and `setTaskCompleted(success:)`).
+final class BackgroundTask: @unchecked Sendable {
+    var expirationHandler: (@Sendable () -> Void)?
+    func setTaskCompleted(success: Bool) {}
+}
+var task: BackgroundTask { BackgroundTask() }
+func scheduleAnotherRun(earliest: Date) {}
+
+struct Catalogue: Codable, Sendable {}
+
+final class RefreshCatalogue: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "com.example.refresh-catalogue"
+    let payload: Catalogue
+    init(payload: Catalogue) { self.payload = payload; super.init() }
+    override var isAsynchronous: Bool { true }
+}
