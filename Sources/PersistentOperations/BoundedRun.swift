@@ -13,6 +13,13 @@ import Foundation
 ///   (``BoundedRunReport/Ending-swift.enum/drained``; operations waiting for run conditions or
 ///   prerequisites do not keep a run going).
 ///
+/// A run starts whatever is due while it lasts, also just before its deadline: an attempt
+/// that cannot finish in time is stopped like the others, at no cost to its retry budget.
+/// Stopping *abandons* an attempt: end your attempts with
+/// `baseOperationEnded(attempt:with:)`, so that a stopped attempt's late callback is ignored
+/// rather than taken for the end of its next attempt (see `RetryingOperation`'s
+/// `abandonBaseOperation(_:)`).
+///
 /// When a run ends, the queue is suspended (``PersistentOperationQueue/isSuspended``) and
 /// stays suspended: set `isSuspended = false` when the app is back in the foreground, or start
 /// another run. Ending by the deadline or ``stop()`` also stops every `RetryingOperation`
@@ -179,8 +186,9 @@ public struct BoundedRunReport: Sendable, Hashable {
 
     /// Why the run ended.
     public var ending: Ending = .drained
-    /// When the run started and ended, on the queue's clock.
+    /// When the run started, on the queue's clock.
     public var startedAt = Date.distantPast
+    /// When the run ended — the report was made — on the queue's clock.
     public var endedAt = Date.distantPast
     /// Attempts started during the run.
     public var attemptsStarted = 0
@@ -206,6 +214,8 @@ public struct BoundedRunReport: Sendable, Hashable {
     public var dueOperations = 0
     /// ``PersistentOperationQueue/nextDueDate`` when the run ended: the earliest start to ask
     /// the system for the next background run; `nil` when nothing becomes due by time alone.
+    /// When ``stillRunning`` is not empty it is ``endedAt`` at the latest: those records stay
+    /// pending, and run again only in a later run or launch.
     public var nextDueDate: Date?
 
     /// Creates an empty report.

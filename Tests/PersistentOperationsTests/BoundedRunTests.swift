@@ -157,6 +157,7 @@ struct BoundedRunTests {
         let id = try #require(fixture.queue.identifier(of: blocking))
         #expect(report.stillRunning == [id])
         #expect(report.stopped.isEmpty)
+        #expect(report.nextDueDate == report.endedAt)   // its record stays pending: ask for a run at once
         #expect(fixture.lines.contains("sync abandoned stopped"))
         // Its record stays pending, its attempt marked in flight (it runs again after a crash)
         #expect(try fixture.pendingRecords().count == 1)

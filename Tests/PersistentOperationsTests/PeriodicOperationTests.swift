@@ -10,6 +10,17 @@ struct PeriodicOperationTests {
         fixture.deliveredEvents().filter { if case .periodEnded = $0 { return true } else { return false } }.count
     }
 
+    /// A launch that added a series of `schedule`, ran its first period and closed its queue;
+    /// returns it (its store, clock, events and journal are the next launch's) and when it began.
+    private func firstLaunchRunningOnePeriod(of schedule: RepeatSchedule) async throws -> (QueueFixture, Date) {
+        let fixture = try QueueFixture()
+        let start = fixture.clock.now
+        try fixture.queue.addOperation(fixture.upload("tick"), options: EnqueueOptions(repeating: schedule))
+        #expect(try await eventually { fixture.queue.operations().first?.completedPeriods == 1 })
+        fixture.queue.close()
+        return (fixture, start)
+    }
+
     private func theRecord(_ fixture: QueueFixture) throws -> OperationRecord {
         let records = try fixture.pendingRecords()
         try #require(records.count == 1)
@@ -99,15 +110,8 @@ struct PeriodicOperationTests {
 
     @Test func afterALongDowntimeTheMissedPeriodsRunOnceAndTheScheduleKeepsItsGrid() async throws {
         // Given a series every 60 s whose first period ran, in a launch that then ended
-        let directory = try TemporaryDirectory()
-        let clock = ManualRetryScheduler()
-        let events = Locked<[PersistentOperationEvent]>([])
-        let journal = UUID().uuidString
-        let start = clock.now
-        let first = try QueueFixture.open(directory, clock: clock, events: events)
-        try first.addOperation(ScriptedUpload(payload: UploadPayload(name: "tick", journal: journal)), options: EnqueueOptions(repeating: .every(60)))
-        #expect(try await eventually { first.operations().first?.completedPeriods == 1 })
-        first.close()
+        let (first, start) = try await firstLaunchRunningOnePeriod(of: .every(60))
+        let (directory, clock, events, journal) = (first.directory, first.clock, first.events, first.journal)
 
         // When the app comes back 10 intervals and 30 s later
         clock.advance(by: 630)
@@ -125,16 +129,8 @@ struct PeriodicOperationTests {
     }
 
     @Test func aRestoredSeriesKeepsItsNextDateInsteadOfRunningAtLaunch() async throws {
-        let directory = try TemporaryDirectory()
-        let clock = ManualRetryScheduler()
-        let events = Locked<[PersistentOperationEvent]>([])
-        let journal = UUID().uuidString
-        let start = clock.now
-        let first = try QueueFixture.open(directory, clock: clock, events: events)
-        try first.addOperation(ScriptedUpload(payload: UploadPayload(name: "tick", journal: journal)),
-                               options: EnqueueOptions(repeating: .every(3600, flex: 600)))
-        #expect(try await eventually { first.operations().first?.completedPeriods == 1 })
-        first.close()
+        let (first, start) = try await firstLaunchRunningOnePeriod(of: .every(3600, flex: 600))
+        let (directory, clock, events, journal) = (first.directory, first.clock, first.events, first.journal)
 
         // Five launches before the window opens: none runs it
         for _ in 0..<5 {

@@ -147,6 +147,11 @@ extension PersistentOperationQueue {
         report.stillRunning = stillRunning.sorted().map { PersistentOperationID(record: $0) }
         report.dueOperations = dueOperationCount()
         report.nextDueDate = nextDueDate
+        if !report.stillRunning.isEmpty {
+            // Their records stay pending and run again if the app is killed meanwhile: the next
+            // background run is wanted at once.
+            report.nextDueDate = min(report.nextDueDate ?? report.endedAt, report.endedAt)
+        }
         return report
     }
 
