@@ -20,8 +20,10 @@ private final class BlockedSyncOperation: RetryingOperation, @unchecked Sendable
     override func startBaseOperation(isRetry: Bool) {
         events.append("start \(numberOfAttempts) isRetry=\(isRetry) retries=\(numberOfRetries ?? -1)")
         started.signal()
-        _ = gate.wait(timeout: .now() + 10)
-        let result = results.withLock { $0.removeFirst() }
+        // Generous: on a loaded machine the test may take long to hand the result over. Without
+        // one (the test failed meanwhile), the attempt fails rather than trap.
+        _ = gate.wait(timeout: .now() + 50)
+        let result = results.withLock { $0.isEmpty ? AttemptResult.failed(TestError("no result was handed over")) : $0.removeFirst() }
         baseOperationEnded(attempt: numberOfAttempts, with: result)
     }
 
@@ -35,9 +37,9 @@ private final class BlockedSyncOperation: RetryingOperation, @unchecked Sendable
     }
 }
 
-/// Polls `condition` every millisecond for up to 10 s.
+/// Polls `condition` every millisecond for up to 30 s (a loaded machine is slow).
 private func eventually(_ condition: () -> Bool) async throws -> Bool {
-    for _ in 0..<10_000 {
+    for _ in 0..<30_000 {
         if condition() { return true }
         try await Task.sleep(for: .milliseconds(1))
     }
@@ -100,7 +102,7 @@ struct StopAttemptTests {
         let clock = ManualRetryScheduler()
         let operation = BlockedSyncOperation(clock: clock)
         Thread.detachNewThread { operation.start() }
-        #expect(await onDedicatedThread { operation.started.wait(timeout: .now() + 10) == .success })
+        #expect(await onDedicatedThread { operation.started.wait(timeout: .now() + 50) == .success })
 
         // When stopped, the hook is called at once from the stopping thread, but the attempt
         // holds its thread: the operation still runs it
@@ -118,7 +120,7 @@ struct StopAttemptTests {
         // A stop during the next attempt that then succeeds: the success stands (the retry
         // runs on the thread that advances the clock, and blocks it)
         Thread.detachNewThread { clock.advance(by: 0) }
-        #expect(await onDedicatedThread { operation.started.wait(timeout: .now() + 10) == .success })
+        #expect(await onDedicatedThread { operation.started.wait(timeout: .now() + 50) == .success })
         #expect(operation.stopAttempt())
         operation.release(with: .succeeded)
         #expect(await operation.finalOutcome.isSuccess)
