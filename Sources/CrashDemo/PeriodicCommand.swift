@@ -9,8 +9,8 @@ import Darwin
 
 /// An app with one periodic upload series, for the tests that kill it and launch it again:
 /// restores the store, adds the series under the unique key "tick" (kept when an earlier
-/// launch stored it), says "ready", then either runs until the series has ended `untilPeriods`
-/// periods (printing its record as JSON, exit 0) or runs until killed. Each attempt writes
+/// launch stored it), says "ready", then either runs until the stored series has ended
+/// `untilPeriods` periods (printing its record as JSON, exit 0) or runs until killed. Each attempt writes
 /// "start 0 attempt=… retry=… pid=…" and "done 0" to the effects journal.
 ///
 ///     crash-demo periodic --store DIR --effects FILE --interval SECONDS --attempt-ms MS [--until-periods N]
@@ -32,8 +32,13 @@ struct PeriodicCommand {
         guard let untilPeriods else {
             while true { sleep(60) }
         }
+        // Done once the store says so: the queue's own view of a period's end comes a moment
+        // before its record is saved, and exiting in between would leave the last period to run
+        // again at the next launch.
+        let onDisk = try ReadOnlyPersistentStore(directory: store)
         while true {
-            if let series = queue.operation(withUniqueKey: "tick"), series.completedPeriods >= untilPeriods {
+            if let series = try onDisk.pendingRecords().records.first(where: { $0.uniqueKey == "tick" }),
+               series.completedPeriods >= untilPeriods {
                 let output: [String: Double] = [
                     "completedPeriods": Double(series.completedPeriods),
                     "periodTarget": series.periodTarget?.timeIntervalSinceReferenceDate ?? -1,
@@ -45,7 +50,7 @@ struct PeriodicCommand {
                 queue.close()
                 exit(0)
             }
-            usleep(5_000)
+            usleep(20_000)
         }
     }
 }
