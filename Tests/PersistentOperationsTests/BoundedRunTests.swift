@@ -337,4 +337,30 @@ struct PeriodicSlowDiskTests {
         #expect(try next.restore().restored.isEmpty)
         #expect(next.operations().isEmpty)
     }
+
+    @Test func aWaitForTheQueueStartedDuringAPeriodEndsWhenTheSeriesIsCancelledWhileItsEndIsSaved() async throws {
+        let slow = Locked(false)
+        let fixture = try QueueFixture(fileSystem: BoundedRunSlowDiskTests.slowSyncs(slow, delay: 0.3))
+        slow.withLock { $0 = true }
+        let result = try fixture.queue.addOperation(fixture.upload("tick", [.hang]), options: EnqueueOptions(repeating: .every(60)))
+        #expect(try await eventually { fixture.lines.count == 1 })
+        // A wait for the queue begins while the period runs
+        let waited = Locked(false)
+        let waiter = Task {
+            await fixture.queue.allOperationsFinished()
+            waited.withLock { $0 = true }
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        // The period ends (its attempt is abandoned: a failed period), and during the slow write
+        // of its end the series is cancelled
+        let operation = try #require(fixture.queue.operation(withID: result.id)?.operation as? ScriptedUpload)
+        Thread.detachNewThread { operation.baseOperationEnded(failingWith: UploadFailed()) }   // it saves the period's end on this thread
+        try await Task.sleep(for: .milliseconds(100))
+        fixture.queue.cancelOperation(withID: result.id)
+        // Then the wait ends: the waiter taken when the series went idle is resumed
+        #expect(try await eventually { waited.withLock { $0 } })
+        waiter.cancel()
+        slow.withLock { $0 = false }
+        #expect(try fixture.pendingRecords().isEmpty)
+    }
 }

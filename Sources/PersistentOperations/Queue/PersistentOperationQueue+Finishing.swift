@@ -76,36 +76,22 @@ extension PersistentOperationQueue {
     /// the dependents that waited only for it.
     func forget(_ id: String, ending: Entry.Ending? = nil) {
         struct Forgotten {
-            var slot: AttemptSlot?
+            var detached: Detached
             var waiters: [EmptyWaiter] = []
             var unblocked: [(id: String, due: Date?)] = []
             var emptyBatch: String?
             var released: [Operation] = []
-            var hadSuspectFile = false
-            var wasIsolatedNext = false
         }
         let forgotten = state.withLock { state -> Forgotten? in
             guard let entry = state.entries.removeValue(forKey: id) else { return nil }
-            var forgotten = Forgotten()
+            var forgotten = Forgotten(detached: detach(entry, in: &state))
             if let operation = entry.operation {
                 state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation))
                 if let ending { remember(operation, id: id, ending: ending, in: &state) }
                 forgotten.released.append(operation)
             }
             forgotten.released += entry.heldDependents
-            forgotten.hadSuspectFile = entry.hasSuspectFile
-            if state.isolation.contains(id) {
-                forgotten.wasIsolatedNext = state.isolation.first == id
-                endIsolation(of: id, in: &state)
-            }
-            switch entry.phase {
-            case .queued(let queued): forgotten.slot = queued
-            case .running(let running): forgotten.slot = running
-            case .scheduled(let token): token?.cancel()
-            case .ready, .waitingToRetry, .blocked, .waitingForConditions: break
-            }
             entry.expiryTimer?.cancel()
-            unpark(entry, in: &state)
             for dependent in state.dependents.removeValue(forKey: id) ?? [] {
                 // Only a success leaves dependents here (a failure or cancellation took them).
                 guard var waiting = state.entries[dependent], waiting.ending == nil, case .blocked = waiting.phase else { continue }
@@ -125,39 +111,82 @@ extension PersistentOperationQueue {
                 }
             }
             state.seriesBetweenPeriods.remove(id)
-            if state.isIdle {
-                forgotten.waiters = state.emptyWaiters
-                state.emptyWaiters = []
-            }
+            forgotten.waiters = takeEmptyWaitersIfIdle(in: &state)
             return forgotten
         }
         guard let forgotten else { return }
-        if forgotten.hadSuspectFile {
-            store.clearSuspect(forRecord: id)
-        }
-        if let slot = forgotten.slot {
-            if slot.isExecuting { slot.release() } else { slot.cancel() }
-        }
+        finishDetaching(id, forgotten.detached)
         if let batch = forgotten.emptyBatch {
             store.removeBatchMarker(batch)
-        }
-        if forgotten.wasIsolatedNext {
-            refillSlots()
         }
         for (dependent, due) in forgotten.unblocked {
             hub.emit(.unblocked(PersistentOperationID(record: dependent)))
             schedule(dependent, due: due)
         }
-        finishedCondition.lock()
-        finishedCondition.broadcast()
-        finishedCondition.unlock()
-        for waiter in forgotten.waiters {
-            waiter.resume()
-        }
-        noteRunProgress()
+        signalProgress(resuming: forgotten.waiters)
         // Operations (and the dependents they held) are released here, outside every lock:
         // a deinit is user code.
         _ = forgotten.released
+    }
+
+    /// What ``detach(_:in:)`` leaves to do outside the lock (``finishDetaching(_:_:)``).
+    struct Detached {
+        var slot: AttemptSlot?
+        var hadSuspectFile = false
+        var wasIsolatedNext = false
+    }
+
+    /// Under the lock: takes an entry that is forgotten, or between two periods, out of its
+    /// phase's timer and condition wait and out of the isolation list; its slot and suspect
+    /// file are let go outside the lock.
+    func detach(_ entry: Entry, in state: inout State) -> Detached {
+        let id = entry.record.id
+        var detached = Detached(hadSuspectFile: entry.hasSuspectFile)
+        if state.isolation.contains(id) {
+            detached.wasIsolatedNext = state.isolation.first == id
+            endIsolation(of: id, in: &state)
+        }
+        switch entry.phase {
+        case .queued(let queued): detached.slot = queued
+        case .running(let running): detached.slot = running
+        case .scheduled(let token): token?.cancel()
+        case .ready, .waitingToRetry, .blocked, .waitingForConditions: break
+        }
+        unpark(entry, in: &state)
+        return detached
+    }
+
+    /// Outside the lock: frees the slot and the suspect file of a detached entry, and, when it
+    /// was the operation running alone, lets the next ones have slots.
+    func finishDetaching(_ id: String, _ detached: Detached) {
+        if detached.hadSuspectFile {
+            store.clearSuspect(forRecord: id)
+        }
+        if let slot = detached.slot {
+            if slot.isExecuting { slot.release() } else { slot.cancel() }
+        }
+        if detached.wasIsolatedNext {
+            refillSlots()
+        }
+    }
+
+    /// Under the lock: the tasks awaiting an idle queue, taken when it is idle now.
+    func takeEmptyWaitersIfIdle(in state: inout State) -> [EmptyWaiter] {
+        guard state.isIdle else { return [] }
+        defer { state.emptyWaiters = [] }
+        return state.emptyWaiters
+    }
+
+    /// Outside the lock: an entry left the queue or went idle — wakes the blocking waiters,
+    /// resumes `waiters`, and lets the bounded runs check whether they have drained.
+    func signalProgress(resuming waiters: [EmptyWaiter]) {
+        finishedCondition.lock()
+        finishedCondition.broadcast()
+        finishedCondition.unlock()
+        for waiter in waiters {
+            waiter.resume()
+        }
+        noteRunProgress()
     }
 
     /// Under the state lock: remembers how a live operation ended, pruning the entries of

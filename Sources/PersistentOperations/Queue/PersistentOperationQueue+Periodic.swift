@@ -5,9 +5,9 @@ import RetryingOperation
 // (succeeded, or failed for good) but rewritten for the next period — counts reset, the next
 // target a whole number of intervals after the current one and after now, `notBefore` the start
 // of its window — and its entry stays, without an operation, scheduled in the timer like a
-// restored one; the next period builds a new operation from the payload. Between periods the
-// entry sits in `State.seriesBetweenPeriods`, so waiting for the queue to finish does not wait
-// for it. Cancellation, expiry, crash-loop protection and quarantine end a series the way they
+// restored one; the next period builds a new operation from the payload. Between periods —
+// once the period's end is saved — the entry sits in `State.seriesBetweenPeriods`, so waiting
+// for the queue to finish does not wait for it. Cancellation, expiry, crash-loop protection and quarantine end a series the way they
 // end any operation.
 
 extension PersistentOperationQueue {
@@ -59,11 +59,8 @@ extension PersistentOperationQueue {
         let now = timer.now
         struct Ended {
             var record: OperationRecord
-            var slot: AttemptSlot?
+            var detached: Detached
             var released: Operation?
-            var hadSuspectFile = false
-            var wasIsolatedNext = false
-            var waiters: [EmptyWaiter] = []
         }
         let ended = state.withLock { state -> Ended? in
             guard var entry = state.entries[id], entry.ending == nil, !entry.isCancelRequested,
@@ -79,23 +76,11 @@ extension PersistentOperationQueue {
             record.nextAttemptAt = nil
             record.attemptsInFlight = 0
             record.lastErrorDescription = failure
-            var ended = Ended(record: record)
+            var ended = Ended(record: record, detached: detach(entry, in: &state))
             if let operation = entry.operation {
                 state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation))
                 ended.released = operation
             }
-            switch entry.phase {
-            case .running(let slot): ended.slot = slot
-            case .queued(let slot): ended.slot = slot
-            case .scheduled(let token): token?.cancel()
-            case .ready, .waitingToRetry, .blocked, .waitingForConditions: break
-            }
-            unpark(entry, in: &state)
-            if state.isolation.contains(id) {
-                ended.wasIsolatedNext = state.isolation.first == id
-                endIsolation(of: id, in: &state)
-            }
-            ended.hadSuspectFile = entry.hasSuspectFile
             entry.record = record
             entry.operation = nil
             entry.phase = .scheduled(nil)
@@ -108,11 +93,6 @@ extension PersistentOperationQueue {
             entry.pendingAdmission = nil
             entry.parkedUnder = nil
             state.entries[id] = entry
-            state.seriesBetweenPeriods.insert(id)
-            if state.isIdle {
-                ended.waiters = state.emptyWaiters
-                state.emptyWaiters = []
-            }
             return ended
         }
         guard let ended else { return false }
@@ -124,34 +104,29 @@ extension PersistentOperationQueue {
             reportStoreError(id, "could not save the end of a period; after a crash the period runs again: \(error)")
         }
         store.clearAttemptsInFlight(forRecord: id)
-        if ended.hadSuspectFile { store.clearSuspect(forRecord: id) }
-        let isCancelRequested = state.withLock { state -> Bool in
-            guard var entry = state.entries[id] else { return false }
+        // Saved: between periods now — idle, so that waiting for the queue does not wait for it —
+        // unless it was cancelled meanwhile.
+        let (isCancelRequested, waiters) = state.withLock { state -> (Bool, [EmptyWaiter]) in
+            guard var entry = state.entries[id] else { return (false, []) }
             entry.hasStarted = false
             state.entries[id] = entry
-            return entry.isCancelRequested
+            if entry.isCancelRequested { return (true, []) }
+            state.seriesBetweenPeriods.insert(id)
+            return (false, takeEmptyWaitersIfIdle(in: &state))
         }
         let nextStart = ended.record.notBefore ?? now
         hub.emit(.periodEnded(PersistentOperationID(record: id), failure: failure, nextPeriodAt: nextStart))
-        if let slot = ended.slot {
-            if slot.isExecuting { slot.release() } else { slot.cancel() }
-        }
-        if ended.wasIsolatedNext { refillSlots() }
+        finishDetaching(id, ended.detached)
         if isCancelRequested {
             // Cancelled (or replaced) while the record was being saved: the series ends now.
             operationFinished(id, outcome: .cancelled)
-            _ = ended.released
-            return true
+        } else {
+            if failure != nil {
+                log(.warning, "\(id): a period failed for good (\(failure ?? "")); the series goes on, next period from \(nextStart)")
+            }
+            schedule(id, due: nextStart)
         }
-        if failure != nil {
-            log(.warning, "\(id): a period failed for good (\(failure ?? "")); the series goes on, next period from \(nextStart)")
-        }
-        schedule(id, due: nextStart)
-        finishedCondition.lock()
-        finishedCondition.broadcast()
-        finishedCondition.unlock()
-        for waiter in ended.waiters { waiter.resume() }
-        noteRunProgress()
+        signalProgress(resuming: waiters)
         // The finished operation is released here, outside every lock: a deinit is user code.
         _ = ended.released
         return true
