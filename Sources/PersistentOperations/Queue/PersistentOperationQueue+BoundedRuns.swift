@@ -100,20 +100,27 @@ extension PersistentOperationQueue {
         let now = timer.now
         return state.withLock { state -> Bool in
             if state.slotsInQueue > 0 { return false }
-            for entry in state.entries.values {
-                switch entry.phase {
-                case .scheduled:
-                    if (entry.record.dueDate ?? now) <= deadline { return false }
-                case .waitingToRetry:
-                    if entry.pendingAdmission != nil { return false }
-                    if let next = entry.record.nextAttemptAt, next <= deadline { return false }
-                case .ready, .queued, .running:
-                    return false
-                case .blocked, .waitingForConditions:
-                    continue
-                }
+            return !state.entries.values.contains { entry in
+                if case .running = entry.phase { return true }
+                return Self.startsByTime(entry, by: deadline, now: now)
             }
+        }
+    }
+
+    /// Whether `entry` may start an attempt by `date` with nothing but time and a slot: it waits
+    /// for a slot, or its not-before or retry date is not after `date`. Running entries, and
+    /// entries waiting for prerequisites, run conditions or a retry helper other than a timer,
+    /// do not.
+    private static func startsByTime(_ entry: Entry, by date: Date, now: Date) -> Bool {
+        switch entry.phase {
+        case .ready, .queued:
             return true
+        case .scheduled:
+            return (entry.record.dueDate ?? now) <= date
+        case .waitingToRetry:
+            return entry.pendingAdmission != nil || entry.record.nextAttemptAt.map { $0 <= date } == true
+        case .running, .blocked, .waitingForConditions:
+            return false
         }
     }
 
@@ -198,15 +205,7 @@ extension PersistentOperationQueue {
     private func dueOperationCount() -> Int {
         let now = timer.now
         return state.withLock { state in
-            state.entries.values.reduce(0) { count, entry in
-                switch entry.phase {
-                case .ready, .queued: return count + 1
-                case .scheduled: return (entry.record.dueDate ?? now) <= now ? count + 1 : count
-                case .waitingToRetry:
-                    return entry.pendingAdmission != nil || (entry.record.nextAttemptAt.map { $0 <= now } ?? false) ? count + 1 : count
-                case .running, .blocked, .waitingForConditions: return count
-                }
-            }
+            state.entries.values.reduce(0) { count, entry in Self.startsByTime(entry, by: now, now: now) ? count + 1 : count }
         }
     }
 
