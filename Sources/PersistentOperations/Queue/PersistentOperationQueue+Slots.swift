@@ -114,8 +114,8 @@ extension PersistentOperationQueue {
                 // while another queue works on the store): only a retry of an attempt that was
                 // running at the close goes on, unmanaged.
                 defer { state.entries[slot.recordID] = entry }
-                entry.phase = .running(slot)
                 if entry.hasStarted, let admit = entry.pendingAdmission {
+                    entry.phase = .running(slot)
                     entry.pendingAdmission = nil
                     return .admit(admit)
                 }
