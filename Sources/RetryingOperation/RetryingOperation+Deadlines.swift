@@ -167,14 +167,9 @@ extension RetryingOperation {
     /// The callout of an asynchronous attempt's timeout: abandons the attempt if it is still
     /// running, and processes its end as a timed-out counted retry.
     func processAttemptTimeout(_ attempt: Int) {
-        let timeout = machine.withLock { state -> TimeInterval?? in
-            guard state.numberOfAttempts == attempt, state.phase.isRunningAttempt else { return nil }
-            state.phase = .running(hasEnded: true)
-            state.attemptTimer = nil
-            state.abandonedAttemptsOwingEnd += 1
-            return .some(state.retryPolicy.attemptTimeout)
-        }
-        guard let timeout else { return }
+        // The timer taken is the one that fired: nothing to cancel.
+        guard let abandoned = abandonRunningAttempt(attempt) else { return }
+        let timeout = abandoned.timeout
         log(.warning, "attempt \(attempt) ran longer than its timeout of \(timeout.map { "\($0)" } ?? "?") s; abandoned")
         abandonBaseOperation(.timedOut)
         processAttemptEnd(Self.timedOutEnd(attempt: attempt, timeout: timeout))
@@ -213,21 +208,23 @@ extension RetryingOperation {
 
     /// The callout of ``stopAttempt()`` for an asynchronous attempt.
     func processAttemptStop(_ attempt: Int) {
-        let isRunning = machine.withLock { state -> Bool in
-            guard state.numberOfAttempts == attempt, state.phase.isRunningAttempt else { return false }
-            state.phase = .running(hasEnded: true)
-            state.abandonedAttemptsOwingEnd += 1
-            return true
-        }
-        guard isRunning else { return }
-        let timer = machine.withLock { state -> (any ScheduledRetry)? in
-            defer { state.attemptTimer = nil }
-            return state.attemptTimer
-        }
-        timer?.cancel()
+        guard let abandoned = abandonRunningAttempt(attempt) else { return }
+        abandoned.timer?.cancel()
         log(.info, "attempt \(attempt) stopped from outside; it ends as an uncounted retry")
         abandonBaseOperation(.stopped)
         processAttemptEnd(Self.stoppedEnd(attempt: attempt))
+    }
+
+    /// In a callout: marks asynchronous attempt `attempt` ended, owing its late end, if it is
+    /// still the one running; returns its timeout timer (taken) and the policy's timeout.
+    private func abandonRunningAttempt(_ attempt: Int) -> (timer: (any ScheduledRetry)?, timeout: TimeInterval?)? {
+        machine.withLock { state in
+            guard state.numberOfAttempts == attempt, state.phase.isRunningAttempt else { return nil }
+            state.phase = .running(hasEnded: true)
+            state.abandonedAttemptsOwingEnd += 1
+            defer { state.attemptTimer = nil }
+            return (state.attemptTimer, state.retryPolicy.attemptTimeout)
+        }
     }
 
     /// The end of an attempt stopped from outside: an uncounted retry, due at once.
