@@ -20,7 +20,7 @@ extension RetryingOperation {
         case processCancellation
         /// The timer of wait `generation` fired.
         case timerFired(generation: UInt64)
-        /// The driver admitted the due retry.
+        /// The driver admitted the due retry, or it reached where the operation's attempts run.
         case beginAdmittedRetry
         /// `retryNow()` (`nil`), `retry(in:)` or `retry(withHelpers:)` was called.
         case applyRequestedRetry([RetryHelper]?)
@@ -79,8 +79,8 @@ extension RetryingOperation {
         switch callout {
         case .beginFirstAttempt:
             // Queued behind another callout (a `cancel()` that raced with `start()`).
-            let (isCancelled, failure) = machine.withLock { ($0.isCancelled, $0.failureBeforeStart) }
-            beginAttempt(isRetry: false, counted: false, isCancelled: isCancelled, failureBeforeStart: failure)
+            let (isCancelled, failure, expirationDate) = machine.withLock { ($0.isCancelled, $0.failureBeforeStart, $0.expirationDate) }
+            beginAttempt(isRetry: false, counted: false, isCancelled: isCancelled, failureBeforeStart: failure, expirationDate: expirationDate)
         case .processAttemptEnd(let end):
             processAttemptEnd(end)
         case .processCancellation:

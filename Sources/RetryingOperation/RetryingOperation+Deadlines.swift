@@ -110,7 +110,13 @@ extension RetryingOperation {
     /// expiration date; `nil` when it has none or it has not passed.
     func expirationError() -> RetryingOperationError? {
         // The common case, no expiration date, reads one optional and copies nothing else.
-        guard let expiration = machine.withLock({ $0.expirationDate }) else { return nil }
+        expirationError(date: machine.withLock { $0.expirationDate })
+    }
+
+    /// ``expirationError()`` for `date`, the operation's expiration date that the caller read
+    /// with the rest of the state (an attempt's start takes no extra lock round trip for it).
+    func expirationError(date: Date?) -> RetryingOperationError? {
+        guard let expiration = date else { return nil }
         let scheduler = machine.withLock { $0.retryScheduler }
         guard scheduler.now >= expiration else { return nil }
         log(.info, "expired at \(expiration): no attempt starts after its expiration date; the operation fails")

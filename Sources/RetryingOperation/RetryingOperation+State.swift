@@ -86,6 +86,16 @@ struct MachineState: Sendable {
     var synchronousAttemptStopped = false
     /// Attempts abandoned at their timeout whose own `baseOperationEnded` has not come yet.
     var abandonedAttemptsOwingEnd = 0
+    /// The queue that started the operation (`nil`: started by hand), until it finishes: its
+    /// retries start where that queue runs its operations, and its progress counts the finish
+    /// (`RetryingOperation+Placement.swift`).
+    var startingQueue: OperationQueue?
+    /// The thread that started a synchronous operation by hand, which runs its retries.
+    var starterThread: StarterThread?
+    /// Where the due retry awaiting admission starts, when not just anywhere.
+    var dueRetryHome: AttemptHome?
+    /// The thread the due retry was handed to at ``dueRetryHome``.
+    var threadReachedByDueRetry: ObjectIdentifier?
 }
 
 /// A task awaiting ``RetryingOperation/finalOutcome``. `token` identifies it, so that the
@@ -119,7 +129,8 @@ extension RetryingOperation {
     /// `isCancelled`. A callout; the caller has seen the operation idle (first attempt: only
     /// `start()`, once, submits it) or waiting (retry).
     /// A first attempt with a `failureBeforeStart` finishes failed with it instead.
-    func beginAttempt(isRetry: Bool, counted: Bool, isCancelled: Bool, failureBeforeStart: (any Error)? = nil) {
+    /// `expirationDate`: the operation's, read by the caller with the rest of the state.
+    func beginAttempt(isRetry: Bool, counted: Bool, isCancelled: Bool, failureBeforeStart: (any Error)? = nil, expirationDate: Date?) {
         if isCancelled {
             finish(.cancelled, wasExecuting: isRetry)
             return
@@ -128,7 +139,7 @@ extension RetryingOperation {
             finish(.failed(failureBeforeStart), wasExecuting: false)
             return
         }
-        if let expired = expirationError() {
+        if let expired = expirationError(date: expirationDate) {
             finish(.failed(expired), wasExecuting: isRetry)
             return
         }
@@ -306,34 +317,61 @@ extension RetryingOperation {
         startDueRetry(counted: counted)
     }
 
-    /// Ends the current wait: starts the retry, or asks the driver to admit it. A callout,
-    /// in the `waiting` phase.
+    /// Ends the current wait: starts the retry, or asks the driver to admit it, or hands it to
+    /// where the operation's attempts run (`RetryingOperation+Placement.swift`). A callout, in
+    /// the `waiting` phase.
     private func startDueRetry(counted: Bool) {
         tearDownHelpers()
-        let driver: (any RetryingOperationDriver)? = machine.withLock { state in
-            guard let driver = state.driver else { return nil }
+        let (driver, queue, starter, expirationDate) = machine.withLock { state in
+            (state.driver, state.startingQueue, state.starterThread, state.expirationDate)
+        }
+        let home = AttemptHome(startedBy: queue, starter: starter)
+        if driver == nil && home.isAnywhere {
+            beginAttempt(isRetry: true, counted: counted, isCancelled: isCancelled, expirationDate: expirationDate)
+            return
+        }
+        machine.withLock { state in
             state.isAwaitingAdmission = true
-            return driver
+            state.dueRetryHome = home.isAnywhere ? nil : home
+            state.threadReachedByDueRetry = nil
         }
         guard let driver else {
-            beginAttempt(isRetry: true, counted: counted, isCancelled: isCancelled)
+            runDueRetryAtHome(home)
             return
         }
         driver.operationRequestsAttempt(self) {
-            self.submit(.beginAdmittedRetry)
+            self.runDueRetryAtHome(home)
         }
     }
 
-    /// The callout the driver's admission submits. A cancel may have finished the operation
-    /// meanwhile.
+    /// The callout the driver's admission, or the arrival of a due retry where the operation's
+    /// attempts run, submits. A cancel may have finished the operation meanwhile. Performed on
+    /// another thread than the one the retry was handed to (which was performing the
+    /// operation's callouts), it hands the retry over again.
     func beginAdmittedRetry() {
-        let counted: Bool? = machine.withLock { state in
+        let thread = ObjectIdentifier(Thread.current)
+        enum Next { case nothing, begin(counted: Bool, expirationDate: Date?), handOver(AttemptHome) }
+        let next: Next = machine.withLock { state in
+            guard case .waiting(_, let counted) = state.phase else {
+                state.isAwaitingAdmission = false
+                return .nothing
+            }
+            if let home = state.dueRetryHome, state.threadReachedByDueRetry != thread {
+                return .handOver(home)
+            }
             state.isAwaitingAdmission = false
-            guard case .waiting(_, let counted) = state.phase else { return nil }
-            return counted
+            state.dueRetryHome = nil
+            state.threadReachedByDueRetry = nil
+            return .begin(counted: counted, expirationDate: state.expirationDate)
         }
-        guard let counted else { return }
-        beginAttempt(isRetry: true, counted: counted, isCancelled: isCancelled)
+        switch next {
+        case .nothing:
+            return
+        case .handOver(let home):
+            runDueRetryAtHome(home)
+        case .begin(let counted, let expirationDate):
+            beginAttempt(isRetry: true, counted: counted, isCancelled: isCancelled, expirationDate: expirationDate)
+        }
     }
 
     /// `retryNow()` / `retry(in:)` / `retry(withHelpers:)`. A callout.
@@ -413,26 +451,36 @@ extension RetryingOperation {
     func finish(_ outcome: Outcome, wasExecuting: Bool) {
         if wasExecuting { willChangeValue(forKey: "isExecuting") }
         willChangeValue(forKey: "isFinished")
-        let finished = machine.withLock { state -> (MachineState.OutcomeWaiters, (any RetryingOperationDriver)?, RetryLogHandler?, (any ScheduledRetry)?)? in
+        typealias Finished = (waiters: MachineState.OutcomeWaiters, driver: (any RetryingOperationDriver)?, logHandler: RetryLogHandler?,
+                              timer: (any ScheduledRetry)?, queue: OperationQueue?, starter: StarterThread?)
+        let finished = machine.withLock { state -> Finished? in
             guard !state.phase.isFinished else { return nil }
             state.phase = .finished(outcome)
             defer {
                 state.outcomeWaiters = []
                 state.attemptTimer = nil
+                state.startingQueue = nil
+                state.starterThread = nil
+                state.dueRetryHome = nil
             }
-            return (state.outcomeWaiters, state.driver, state.logHandler, state.attemptTimer)
+            return (state.outcomeWaiters, state.driver, state.logHandler, state.attemptTimer, state.startingQueue, state.starterThread)
+        }
+        if let queue = finished?.queue, !isAsynchronous {
+            // Counted before the queue hears of the finish, as a plain operation's is.
+            Self.countFinish(in: queue)
         }
         didChangeValue(forKey: "isFinished")
         if wasExecuting { didChangeValue(forKey: "isExecuting") }
-        guard let (waiters, driver, logHandler, timer) = finished else {
+        guard let finished else {
             assertionFailure("finish(_:wasExecuting:) was called on a finished operation")
             return
         }
-        timer?.cancel()
-        driver?.operationDidFinish(self, outcome)
+        finished.starter?.finish()
+        finished.timer?.cancel()
+        finished.driver?.operationDidFinish(self, outcome)
 
-        log(.debug, "finished: \(outcome)", to: logHandler)
-        for waiter in waiters {
+        log(.debug, "finished: \(outcome)", to: finished.logHandler)
+        for waiter in finished.waiters {
             waiter.continuation.resume(returning: outcome)
         }
     }

@@ -42,14 +42,44 @@ import Foundation
 ///   `setup()` / `teardown()` are called one at a time, never concurrently with each other
 ///   (except ``cancelBaseOperation()`` of a *synchronous* operation, which is called from
 ///   the thread that cancels, while the attempt runs — as in the earlier library). Make no
-///   other assumption about the thread they run on.
-/// - Cancelled operations are never retried. Cancelling while waiting for a retry tears
+///   other assumption about the thread they run on, beyond where attempts start (below).
+/// - Cancelled operations are never retried, and an operation cancelled before it starts
+///   never starts an attempt — also when the cancel is what made it ready (its dependencies
+///   are then ignored, as for any `Operation`). Cancelling while waiting for a retry tears
 ///   the retry helpers down and finishes the operation at once.
 /// - Waiting for a retry never blocks a thread: the operation stays executing (it keeps
-///   its slot in a bounded `OperationQueue`) and the next attempt starts from the retry
-///   scheduler's thread. A synchronous operation started by hand with `start()` outside an
-///   `OperationQueue` keeps the calling thread until it finishes, as `start()` of a
-///   synchronous `Operation` does.
+///   its slot in a bounded `OperationQueue`), and nothing runs on its queue's threads
+///   meanwhile.
+/// - `OperationQueue.progress` counts a synchronous operation as it counts a plain
+///   synchronous `Operation` (one unit when it finishes, once the progress has a total), and
+///   an asynchronous one as a plain asynchronous `Operation` (not at all).
+///
+/// ## Where attempts run
+///
+/// The first attempt runs where `start()` is called. Every retry starts where the queue that
+/// started the operation runs its operations, for synchronous and asynchronous operations
+/// alike:
+///
+/// | Started by | Retries start on |
+/// | --- | --- |
+/// | `OperationQueue.main` | the main thread (main dispatch queue) |
+/// | a queue with an `underlyingQueue` | that dispatch queue |
+/// | any other queue | a background thread (the retry scheduler's, or the one that ended the wait) |
+/// | `start()` by hand, synchronous | the thread that called `start()`, which `start()` keeps until the operation finishes, as `start()` of any synchronous `Operation` does |
+/// | `start()` by hand, asynchronous | a background thread |
+///
+/// So an attempt of an operation on the main queue may update the UI, and a wait on a serial
+/// underlying queue lets the queue's other work run. ``cancelBaseOperation()`` and the retry
+/// helpers are called wherever the cancel or the wait's end happens.
+///
+/// ```swift
+/// // `operation` is synchronous: every attempt runs on the main thread, and may update the UI.
+/// OperationQueue.main.addOperation(operation)
+/// ```
+///
+/// A synchronous operation whose `start()` you call from inside another operation running on
+/// a queue other than the main queue counts as started by that queue: its `start()` returns
+/// after the first attempt.
 ///
 /// ## Thread safety
 ///
@@ -253,7 +283,8 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     /// Skips the rest of the current wait and retries now.
     ///
     /// Does nothing (and logs a warning) unless the operation is waiting for a retry. The
-    /// retry starts on a background thread, never on the caller's.
+    /// retry starts where the operation's attempts run (see "Where attempts run" in the class
+    /// documentation), never inline on the caller's thread.
     ///
     /// ```swift
     /// reachability.onReachable = { operation.retryNow() }
@@ -456,12 +487,18 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     /// operation.start()
     /// ```
     public final override func start() {
+        let queue = queueStartingIt()
+        // Started by hand, a synchronous operation keeps the calling thread until it finishes,
+        // and runs its retries there.
+        let starter = queue == nil && !isAsynchronous ? StarterThread() : nil
         // Marking the start, submitting the first attempt and reading whether the operation
         // is cancelled take one lock round trip.
-        let submission = machine.withLock { state -> (runsNow: Bool, isCancelled: Bool, failure: (any Error)?)? in
+        let submission = machine.withLock { state -> (runsNow: Bool, isCancelled: Bool, failure: (any Error)?, expirationDate: Date?)? in
             guard !state.hasStarted else { return nil }
             state.hasStarted = true
-            return (state.callouts.submit(.beginFirstAttempt), state.isCancelled, state.failureBeforeStart)
+            state.startingQueue = queue
+            state.starterThread = starter
+            return (state.callouts.submit(.beginFirstAttempt), state.isCancelled, state.failureBeforeStart, state.expirationDate)
         }
         guard let submission else {
             log(.error, "start() was called on an operation that had already started; ignored")
@@ -469,23 +506,23 @@ open class RetryingOperation: Operation, @unchecked Sendable {
         }
         if submission.runsNow {
             // The `beginFirstAttempt` callout, with the cancellation read above.
-            beginAttempt(isRetry: false, counted: false, isCancelled: submission.isCancelled, failureBeforeStart: submission.failure)
+            beginAttempt(isRetry: false, counted: false, isCancelled: submission.isCancelled,
+                         failureBeforeStart: submission.failure, expirationDate: submission.expirationDate)
             performQueuedCallouts()
         }
-        if !isAsynchronous && OperationQueue.current == nil && driver == nil && !isFinished {
-            // Started by hand: a synchronous operation is finished when start() returns.
-            waitUntilFinished()
-        }
+        starter?.runJobsUntilFinished()
     }
 
     /// Cancels the operation. An attempt in progress is asked to stop with
     /// ``cancelBaseOperation()``; a wait for a retry ends at once.
     public final override func cancel() {
-        super.cancel()
+        // Recorded before `Operation.cancel()`, which makes an operation waiting for its
+        // dependencies ready: the queue may start it at once, and `start()` must see the cancel.
         let isRunningAttempt = machine.withLock { state -> Bool in
             state.isCancelled = true
             return state.phase.isRunningAttempt
         }
+        super.cancel()
         if isRunningAttempt && !isAsynchronous {
             cancelBaseOperation()
         }

@@ -106,8 +106,9 @@ private struct ManualObservation: RunConditionObservation {
 }
 
 /// A retry helper that ends a wait as soon as a ``RunCondition`` holds — at once if it already
-/// does — without polling. The retry starts on a background thread, never on the thread that
-/// changed the condition.
+/// does — without polling. The retry starts where the operation's attempts run (a background
+/// thread unless its queue runs operations on a dispatch queue of its own), never inline on
+/// the thread that changed the condition.
 ///
 /// ```swift
 /// let online = ManualRunCondition(isSatisfied: false)   // set by your reachability code
@@ -153,8 +154,8 @@ public final class RunConditionRetryHelper: RetryHelper, @unchecked Sendable {
 
 extension RetryingOperation {
     /// A ``RunConditionRetryHelper`` of wait `generation` saw its condition hold. The retry
-    /// starts on a background thread, never on the thread that changed the condition (which may
-    /// hold locks an attempt takes).
+    /// starts where the operation's attempts run, never inline on the thread that changed the
+    /// condition (which may hold locks an attempt takes).
     func conditionHelperFired(forWait generation: UInt64) {
         submitInBackground(.timerFired(generation: generation))
     }
