@@ -3,20 +3,24 @@ import Foundation
 // Where the attempts of a `RetryingOperation` run, and how `OperationQueue.progress` counts it.
 //
 // The first attempt runs where `start()` is called: on a worker of the queue that runs the
-// operation, or on the thread that starts it by hand. Every later attempt starts where that
-// first one could have:
+// operation, or on the thread that starts it by hand. Every later attempt of a synchronous
+// operation runs where that first one could have:
 //
 // - started by `OperationQueue.main`: on the main dispatch queue (the main thread);
 // - started by a queue with an `underlyingQueue`: on that dispatch queue;
-// - a synchronous operation started by hand: on the thread that called `start()`, which
-//   waits there — running each retry handed to it — until the operation finishes, as
-//   `start()` of any synchronous `Operation` returns only once it has finished;
-// - otherwise (a queue without an underlying queue, an asynchronous operation started by
-//   hand): on the thread where the wait ended, a background thread.
+// - started by hand: on the thread that called `start()`, which waits there — running each
+//   retry handed to it — until the operation finishes, as `start()` of any synchronous
+//   `Operation` returns only once it has finished;
+// - otherwise (a queue without an underlying queue): on the thread where the wait ended, a
+//   background thread.
 //
-// A due retry reaches its place through `runAtHome`, which records the thread it arrives on;
-// `beginAdmittedRetry` starts the attempt only on that thread, and hands the retry back
-// otherwise (another thread was performing the operation's callouts when it was submitted).
+// An asynchronous operation's retries, and those of an operation a driver runs (the driver
+// places every attempt), start where the wait ended.
+//
+// A due retry reaches its place through `runDueRetryAtHome`, which records the thread it
+// arrives on; `beginAdmittedRetry` starts the attempt only on that thread, and hands the retry
+// back otherwise (another thread was performing the operation's callouts when it was
+// submitted).
 
 /// The thread that started a synchronous operation by hand: it runs the jobs other threads
 /// hand it — the operation's retries — until the operation finishes.

@@ -86,8 +86,9 @@ struct MachineState: Sendable {
     var synchronousAttemptStopped = false
     /// Attempts abandoned at their timeout whose own `baseOperationEnded` has not come yet.
     var abandonedAttemptsOwingEnd = 0
-    /// The queue that started the operation (`nil`: started by hand), until it finishes: its
-    /// retries start where that queue runs its operations, and its progress counts the finish
+    /// The queue that started the operation (`nil`: started by hand, or by a driver, which
+    /// places every attempt itself), until it finishes: its retries start where that queue
+    /// runs its operations, and its progress counts the finish
     /// (`RetryingOperation+Placement.swift`).
     var startingQueue: OperationQueue?
     /// The thread that started a synchronous operation by hand, which runs its retries.

@@ -106,9 +106,9 @@ private struct ManualObservation: RunConditionObservation {
 }
 
 /// A retry helper that ends a wait as soon as a ``RunCondition`` holds — at once if it already
-/// does — without polling. The retry starts where the operation's attempts run (a background
-/// thread unless its queue runs operations on a dispatch queue of its own), never inline on
-/// the thread that changed the condition.
+/// does — without polling. The retry starts where the operation's retries run (a background
+/// thread unless a synchronous operation's queue runs operations on a dispatch queue of its
+/// own), never inline on the thread that changed the condition.
 ///
 /// ```swift
 /// let online = ManualRunCondition(isSatisfied: false)   // set by your reachability code

@@ -3,7 +3,7 @@ import XCTest
 @testable import RetryingOperation
 
 /// What a retrying operation does on the main thread, beside a plain `Operation` doing the
-/// same: `start()` by hand returns finished, and every attempt of an operation on
+/// same: `start()` by hand returns finished, and every attempt of a synchronous operation on
 /// `OperationQueue.main` runs on the main thread.
 ///
 /// XCTest, not swift-testing: XCTest runs its tests on the process's main thread, where
@@ -34,17 +34,9 @@ final class MainThreadSemanticsTests: XCTestCase {
     }
 
     func testEveryAttemptOfASynchronousOperationOnTheMainQueueRunsOnTheMainThread() {
-        everyAttemptOfAnOperationOnTheMainQueueRunsOnTheMainThread(asynchronous: false)
-    }
-
-    func testEveryAttemptOfAnAsynchronousOperationOnTheMainQueueStartsOnTheMainThread() {
-        everyAttemptOfAnOperationOnTheMainQueueRunsOnTheMainThread(asynchronous: true)
-    }
-
-    private func everyAttemptOfAnOperationOnTheMainQueueRunsOnTheMainThread(asynchronous: Bool) {
-        // Given an operation on the main queue whose first two attempts ask for a retry, beside
-        // a plain operation
-        let operation = ThreadRecordingOperation(asynchronous: asynchronous, steps: [.retryIn(0.01), .retryIn(0), .succeed])
+        // Given a synchronous operation on the main queue whose first two attempts ask for a
+        // retry, beside a plain operation
+        let operation = ThreadRecordingOperation(asynchronous: false, steps: [.retryIn(0.01), .retryIn(0), .succeed])
         let plainRanOnMain = LockedBox(false)
         let plain = BlockOperation { plainRanOnMain.withLock { $0 = Thread.isMainThread } }
 
@@ -57,6 +49,17 @@ final class MainThreadSemanticsTests: XCTestCase {
         XCTAssertEqual(operation.outcome?.isSuccess, true)
         XCTAssertEqual(operation.attemptThreads, [.main, .main, .main])
         XCTAssertTrue(plainRanOnMain.withLock { $0 })
+    }
+
+    func testTheRetriesOfAnAsynchronousOperationOnTheMainQueueStartOnABackgroundThread() {
+        // Given an asynchronous operation on the main queue whose first attempt asks for a retry
+        let operation = ThreadRecordingOperation(asynchronous: true, steps: [.retryIn(0.01), .succeed])
+        OperationQueue.main.addOperation(operation)
+        spinMainRunLoop(until: { operation.isFinished }, seconds: 20)
+        // Then its first attempt started on the main thread and its retry on another, as
+        // documented
+        XCTAssertEqual(operation.outcome?.isSuccess, true)
+        XCTAssertEqual(operation.attemptThreads, [.main, .other])
     }
 
     func testASynchronousOperationOnTheMainQueueDoesNotHoldTheMainThreadWhileItWaits() {

@@ -112,15 +112,15 @@ struct OperationSemanticsTests {
 
     // MARK: Where attempts run
 
-    @Test(arguments: [false, true])
-    func retriesRunOnTheQueuesUnderlyingQueue(asynchronous: Bool) async {
+    @Test
+    func retriesOfASynchronousOperationRunOnTheQueuesUnderlyingQueue() async {
         // Given a queue that runs its operations on a serial dispatch queue of ours
         let key = DispatchSpecificKey<String>()
         let underlying = DispatchQueue(label: "underlying")
         underlying.setSpecific(key: key, value: "underlying")
         let queue = OperationQueue()
         queue.underlyingQueue = underlying
-        let operation = ThreadRecordingOperation(asynchronous: asynchronous, steps: [.retryIn(0.005), .retryIn(0), .succeed], specificKey: key)
+        let operation = ThreadRecordingOperation(asynchronous: false, steps: [.retryIn(0.005), .retryIn(0), .succeed], specificKey: key)
         let plainRanThere = LockedBox(false)
         let plain = BlockOperation { plainRanThere.withLock { $0 = DispatchQueue.getSpecific(key: key) == "underlying" } }
 
