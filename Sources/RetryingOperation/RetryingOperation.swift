@@ -67,7 +67,9 @@ import Foundation
 /// | `start()` by hand | the thread that called `start()`, which `start()` keeps until the operation finishes, as `start()` of any synchronous `Operation` does |
 ///
 /// So every attempt of a synchronous operation on the main queue may update the UI, and a wait
-/// on a serial underlying queue lets the queue's other work run meanwhile.
+/// on a serial underlying queue lets the queue's other work run meanwhile. `OperationQueue.current`
+/// is the queue during the first attempt only (and the main queue on the main thread): a retry
+/// runs outside the queue's own bookkeeping, which keeps the operation's slot while it waits.
 ///
 /// ```swift
 /// // `operation` is synchronous: every attempt runs on the main thread, and may update the UI.
