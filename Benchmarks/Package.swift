@@ -17,9 +17,17 @@ let package = Package(
         .package(name: "RetryingOperation", path: ".."),
     ],
     targets: [
+        // The system SQLite (libsqlite3-dev), the baseline the store is measured against in
+        // S1–S5. Only the benchmarks link it: the libraries stay free of dependencies.
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]
+        ),
         .executableTarget(
             name: "RetryingBenchmarks",
             dependencies: [
+                "CSQLite",
                 .product(name: "RetryingOperation", package: "RetryingOperation"),
                 .product(name: "PersistentOperations", package: "RetryingOperation"),
             ]

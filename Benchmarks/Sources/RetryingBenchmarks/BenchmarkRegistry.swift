@@ -1,7 +1,8 @@
 /// Every benchmark of the suite, in the order they run.
 ///
 /// To add one, write a type conforming to ``Benchmark`` in `Workloads/` and list it here.
-/// P3–P5, P9 and the record size row of P7 measure `PersistentOperations` through its public API.
+/// P3–P5, P9, S1–S5 and the record size row of P7 measure `PersistentOperations` through its
+/// public API; S1–S5 against SQLite (the system library, linked by the benchmarks only).
 enum BenchmarkRegistry {
     static let all: [any Benchmark] = [
         AsyncThroughputBenchmark(),   // P1
@@ -14,5 +15,6 @@ enum BenchmarkRegistry {
         PayloadFormatBenchmark(),     // P7
         DependencyChainBenchmark(),   // P9
         ConditionBenchmark(),         // P10
+        SQLiteComparisonBenchmark(),  // S1–S5
     ]
 }
