@@ -21,8 +21,17 @@ package struct FileSystem: Sendable {
     package var read: @Sendable (_ descriptor: Int32, _ buffer: UnsafeMutableRawBufferPointer) throws -> Int
     /// `write(2)`; returns the number of bytes written, which may be fewer than asked.
     package var write: @Sendable (_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer) throws -> Int
+    /// `pwrite(2)`: writes at `offset`, whatever the descriptor's file offset; returns the number
+    /// of bytes written, which may be fewer than asked.
+    package var writeAt: @Sendable (_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer, _ offset: Int64) throws -> Int
+    /// `ftruncate(2)`: cuts (or extends with zeros) the file to `length` bytes.
+    package var truncate: @Sendable (_ descriptor: Int32, _ length: Int64) throws -> Void
     /// Flushes a file's contents to stable storage (`fsync(2)`; `F_FULLFSYNC` on Apple platforms).
     package var synchronize: @Sendable (_ descriptor: Int32) throws -> Void
+    /// Flushes a file's data, and only the metadata needed to read it back (its size), to
+    /// stable storage: `fdatasync(2)`; `F_FULLFSYNC` on Apple platforms, where `fsync` does not
+    /// reach the drive.
+    package var synchronizeData: @Sendable (_ descriptor: Int32) throws -> Void
     /// Flushes every file of the file system holding `descriptor` (`syncfs(2)`), so that the
     /// ``synchronize`` calls of files written before it find little left to do; `nil` where
     /// there is no such call. Only ever an accelerator: see ``ContentSynchronizer``.
@@ -105,8 +114,21 @@ extension FileSystem {
         write: { descriptor, bytes in
             try retryingInterrupts("write") { Foundation.write(descriptor, bytes.baseAddress, bytes.count) }
         },
+        writeAt: { descriptor, bytes, offset in
+            try retryingInterrupts("pwrite") { Foundation.pwrite(descriptor, bytes.baseAddress, bytes.count, off_t(offset)) }
+        },
+        truncate: { descriptor, length in
+            try retryingInterrupts("ftruncate") { Foundation.ftruncate(descriptor, off_t(length)) }
+        },
         synchronize: { descriptor in
             try fullSynchronize(descriptor)
+        },
+        synchronizeData: { descriptor in
+            #if canImport(Darwin)
+            try fullSynchronize(descriptor)
+            #else
+            try retryingInterrupts("fdatasync") { Foundation.fdatasync(descriptor) }
+            #endif
         },
         synchronizeFileSystem: systemSynchronizeFileSystem,
         synchronizeDirectory: { path in
