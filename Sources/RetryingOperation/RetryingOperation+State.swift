@@ -146,21 +146,32 @@ extension RetryingOperation {
         }
 
         if !isRetry { willChangeValue(forKey: "isExecuting") }
-        let (attempt, retries, passesRetry, driver, logHandler, timeout, scheduler) = machine.withLock { state in
+        // Read into locals rather than returned as one tuple (see `finish`); the scheduler only
+        // when an attempt timeout needs it.
+        var driver: (any RetryingOperationDriver)?
+        var logHandler: RetryLogHandler?
+        var timeout: TimeInterval?
+        var scheduler: (any RetryScheduler)?
+        let (attempt, retries, passesRetry) = machine.withLock { state in
             if isRetry && counted { state.numberOfRetries += 1 }
             state.numberOfAttempts += 1
             state.phase = .running(hasEnded: false)
             state.synchronousAttemptTimedOut = false
             state.synchronousAttemptStopped = false
-            return (state.numberOfAttempts, state.numberOfRetries, isRetry || state.resumesAsRetry, state.driver, state.logHandler,
-                    state.retryPolicy.attemptTimeout, state.retryScheduler)
+            driver = state.driver
+            logHandler = state.logHandler
+            if let attemptTimeout = state.retryPolicy.attemptTimeout {
+                timeout = attemptTimeout
+                scheduler = state.retryScheduler
+            }
+            return (state.numberOfAttempts, state.numberOfRetries, isRetry || state.resumesAsRetry)
         }
         if !isRetry { didChangeValue(forKey: "isExecuting") }
 
         // The handler read with the state above: no extra lock round trip on this hot path.
         log(.debug, "starting attempt \(attempt) (\(retries) counted retries so far)", to: logHandler)
         driver?.operationWillStartAttempt(self, AttemptInfo(attempt: attempt, numberOfRetries: retries, isRetry: passesRetry))
-        if let timeout, timeout.isFinite, timeout > 0 {
+        if let timeout, let scheduler, timeout.isFinite, timeout > 0 {
             startTimeoutTimer(for: attempt, after: timeout, on: scheduler)
         }
         startBaseOperation(isRetry: passesRetry)
@@ -190,10 +201,13 @@ extension RetryingOperation {
     /// the one running. `nil`: whatever attempt is running.
     func endAttempt(_ end: AttemptEnd, attempt: Int? = nil) {
         enum Reception {
-            case accepted(runsNow: Bool, callout: Callout, timer: (any ScheduledRetry)?, afterAbandoned: Bool)
+            case accepted(runsNow: Bool, afterAbandoned: Bool)
             case ignoredLate(fromAbandoned: Bool)
             case ignored
         }
+        // The callout and the timer are read into locals (see `finish`).
+        var callout = Callout.processCancellation
+        var timer: (any ScheduledRetry)?
         let reception: Reception = machine.withLock { state in
             guard state.phase.isRunningAttempt, attempt == nil || attempt == state.numberOfAttempts else {
                 // A late end: from an attempt that is over (abandoned at its timeout, or ended
@@ -216,14 +230,12 @@ extension RetryingOperation {
                 state.synchronousAttemptStopped = false
                 if case .succeeded = end {} else { end = Self.stoppedEnd(attempt: state.numberOfAttempts) }
             }
-            let timer = state.attemptTimer
-            state.attemptTimer = nil
-            let callout = Callout.processAttemptEnd(end)
-            return .accepted(runsNow: state.callouts.submit(callout), callout: callout, timer: timer,
-                             afterAbandoned: attempt == nil && state.abandonedAttemptsOwingEnd > 0)
+            swap(&timer, &state.attemptTimer)
+            callout = .processAttemptEnd(end)
+            return .accepted(runsNow: state.callouts.submit(callout), afterAbandoned: attempt == nil && state.abandonedAttemptsOwingEnd > 0)
         }
         switch reception {
-        case .accepted(let runsNow, let callout, let timer, let afterAbandoned):
+        case .accepted(let runsNow, let afterAbandoned):
             timer?.cancel()
             if afterAbandoned {
                 log(.warning, "baseOperationEnded ends the running attempt, but an earlier attempt abandoned at its timeout has not ended yet: if the call came from it, end attempts with baseOperationEnded(attempt:with:), which ignores an abandoned attempt's late end")
@@ -452,36 +464,42 @@ extension RetryingOperation {
     func finish(_ outcome: Outcome, wasExecuting: Bool) {
         if wasExecuting { willChangeValue(forKey: "isExecuting") }
         willChangeValue(forKey: "isFinished")
-        typealias Finished = (waiters: MachineState.OutcomeWaiters, driver: (any RetryingOperationDriver)?, logHandler: RetryLogHandler?,
-                              timer: (any ScheduledRetry)?, queue: OperationQueue?, starter: StarterThread?)
-        let finished = machine.withLock { state -> Finished? in
-            guard !state.phase.isFinished else { return nil }
+        // Read into locals rather than returned as a tuple: this runs once per operation, and
+        // a tuple of optional existentials is copied through generic witnesses.
+        var waiters: MachineState.OutcomeWaiters = []
+        var driver: (any RetryingOperationDriver)?
+        var logHandler: RetryLogHandler?
+        var timer: (any ScheduledRetry)?
+        var startingQueue: OperationQueue?
+        var starter: StarterThread?
+        let didFinish = machine.withLock { state -> Bool in
+            guard !state.phase.isFinished else { return false }
             state.phase = .finished(outcome)
-            defer {
-                state.outcomeWaiters = []
-                state.attemptTimer = nil
-                state.startingQueue = nil
-                state.starterThread = nil
-                state.dueRetryHome = nil
-            }
-            return (state.outcomeWaiters, state.driver, state.logHandler, state.attemptTimer, state.startingQueue, state.starterThread)
+            swap(&waiters, &state.outcomeWaiters)
+            swap(&timer, &state.attemptTimer)
+            swap(&startingQueue, &state.startingQueue)
+            swap(&starter, &state.starterThread)
+            driver = state.driver
+            logHandler = state.logHandler
+            state.dueRetryHome = nil
+            return true
         }
-        if let queue = finished?.queue, !isAsynchronous {
+        if let startingQueue, !isAsynchronous {
             // Counted before the queue hears of the finish, as a plain operation's is.
-            Self.countFinish(in: queue)
+            Self.countFinish(in: startingQueue)
         }
         didChangeValue(forKey: "isFinished")
         if wasExecuting { didChangeValue(forKey: "isExecuting") }
-        guard let finished else {
+        guard didFinish else {
             assertionFailure("finish(_:wasExecuting:) was called on a finished operation")
             return
         }
-        finished.starter?.finish()
-        finished.timer?.cancel()
-        finished.driver?.operationDidFinish(self, outcome)
+        starter?.finish()
+        timer?.cancel()
+        driver?.operationDidFinish(self, outcome)
 
-        log(.debug, "finished: \(outcome)", to: finished.logHandler)
-        for waiter in finished.waiters {
+        log(.debug, "finished: \(outcome)", to: logHandler)
+        for waiter in waiters {
             waiter.continuation.resume(returning: outcome)
         }
     }

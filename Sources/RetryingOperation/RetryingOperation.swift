@@ -496,9 +496,11 @@ open class RetryingOperation: Operation, @unchecked Sendable {
         // about 0.5 µs on Linux, a quarter of what running an asynchronous operation costs.
         let queue = isAsynchronous ? nil : queueStartingIt()
         // Marking the start, submitting the first attempt and reading whether the operation
-        // is cancelled take one lock round trip.
-        typealias Submission = (runsNow: Bool, isCancelled: Bool, failure: (any Error)?, expirationDate: Date?, starter: StarterThread?)
-        let submission = machine.withLock { state -> Submission? in
+        // is cancelled take one lock round trip; what it reads goes into locals (see `finish`).
+        var failure: (any Error)?
+        var expirationDate: Date?
+        var starter: StarterThread?
+        let submission = machine.withLock { state -> (runsNow: Bool, isCancelled: Bool)? in
             guard !state.hasStarted else { return nil }
             state.hasStarted = true
             if state.driver == nil {
@@ -508,8 +510,10 @@ open class RetryingOperation: Operation, @unchecked Sendable {
                 state.startingQueue = queue
                 if queue == nil && !isAsynchronous { state.starterThread = StarterThread() }
             }
-            return (state.callouts.submit(.beginFirstAttempt), state.isCancelled, state.failureBeforeStart, state.expirationDate,
-                    state.starterThread)
+            failure = state.failureBeforeStart
+            expirationDate = state.expirationDate
+            starter = state.starterThread
+            return (state.callouts.submit(.beginFirstAttempt), state.isCancelled)
         }
         guard let submission else {
             log(.error, "start() was called on an operation that had already started; ignored")
@@ -518,10 +522,10 @@ open class RetryingOperation: Operation, @unchecked Sendable {
         if submission.runsNow {
             // The `beginFirstAttempt` callout, with the cancellation read above.
             beginAttempt(isRetry: false, counted: false, isCancelled: submission.isCancelled,
-                         failureBeforeStart: submission.failure, expirationDate: submission.expirationDate)
+                         failureBeforeStart: failure, expirationDate: expirationDate)
             performQueuedCallouts()
         }
-        submission.starter?.runJobsUntilFinished()
+        starter?.runJobsUntilFinished()
     }
 
     /// Cancels the operation. An attempt in progress is asked to stop with
