@@ -165,9 +165,12 @@ struct RestoreNeverStallsTests {
         var launchFile: String?
         var isBatch = false
         var maxConcurrent = 1
+        /// Operations the launch adds before `restore()` (they hold slots while it restores) and after.
+        var addsBefore = 0
+        var addsAfter = 0
 
         var description: String {
-            "width \(maxConcurrent)\(isBatch ? ", one batch" : ""), launch file \(launchFile.map { "'\($0.replacingOccurrences(of: "\n", with: "|"))'" } ?? "none"): "
+            "width \(maxConcurrent)\(isBatch ? ", one batch" : ""), \(addsBefore) added before restore, \(addsAfter) after, launch file \(launchFile.map { "'\($0.replacingOccurrences(of: "\n", with: "|"))'" } ?? "none"): "
                 + nodes.map(\.description).joined(separator: "; ")
         }
 
@@ -175,6 +178,8 @@ struct RestoreNeverStallsTests {
             var shape = Shape()
             shape.maxConcurrent = Int.random(in: 1...3, using: &random)
             shape.isBatch = Int.random(in: 0..<10, using: &random) < 3
+            shape.addsBefore = Int.random(in: 0..<10, using: &random) < 2 ? Int.random(in: 1...3, using: &random) : 0
+            shape.addsAfter = Int.random(in: 0..<10, using: &random) < 2 ? Int.random(in: 1...3, using: &random) : 0
             shape.launchFile = ["witness on\n", "witness on\ncrashed 11\n", "witness off\n", nil].randomElement(using: &random)!
             let suspects = ["1 0 1", "1 0 0", "0 0 1", "2 1 1", "1 2 1", "1 3 1", "garbage"]
             for index in 0..<Int.random(in: 2...7, using: &random) {
@@ -241,7 +246,8 @@ struct RestoreNeverStallsTests {
         // Given hundreds of seeded random stores: graphs of pending records whose prerequisites
         // are pending, gone (succeeded), failed, expired or of an unregistered type; records with
         // not-before dates and run conditions; random suspect files, attempt markers and launch
-        // files (the removals a power cut lost are the pending prerequisites of suspects)
+        // files (the removals a power cut lost are the pending prerequisites of suspects);
+        // queues of 1 to 3 slots, some with operations added before and after the restore
         let count = isRunningUnderThreadSanitizer ? 40 : 300
         var random = SeededGenerator(seed: 0x57A1_1F8E)
         for storeIndex in 0..<count {
@@ -256,10 +262,17 @@ struct RestoreNeverStallsTests {
             let fixture = try QueueFixture(maxConcurrent: shape.maxConcurrent, directory: built.directory, journal: built.journal)
             let network = ManualRunCondition(isSatisfied: false)
             fixture.queue.register(network, as: "network")
+            var added: [String] = []
+            for index in 0..<shape.addsBefore {
+                added.append(try fixture.queue.addOperation(fixture.upload("before\(index)"), options: EnqueueOptions()).id.rawValue)
+            }
             let report = try fixture.queue.restore()
+            for index in 0..<shape.addsAfter {
+                added.append(try fixture.queue.addOperation(fixture.upload("after\(index)"), options: EnqueueOptions()).id.rawValue)
+            }
 
             // Then everything that waits for no date and no condition ends without them
-            let early = Set(Self.endingEarly(shape).map { ids[$0] })
+            let early = Set(Self.endingEarly(shape).map { ids[$0] } + added)
             let endedEarly = try await eventually { early.isSubset(of: Self.ended(fixture)) }
             #expect(endedEarly, "\(label): stalled before its dates and conditions: \(Self.leftovers(fixture.queue, names: names))")
             // And once the condition holds and the dates pass, everything drains
