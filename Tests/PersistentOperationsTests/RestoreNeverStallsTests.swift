@@ -131,6 +131,44 @@ struct RestoreNeverStallsTests {
         #expect(Self.ranAlone(fixture, names: names) == ["alone", "later"])
     }
 
+    @Test func recordsWhosePrerequisitesFormACycleFailInsteadOfWaitingForever() async throws {
+        // Given a store written by hand: A and B wait for each other, C for itself, D for A,
+        // and E for nothing
+        var built = try BuiltStore()
+        var a = try built.record("A")
+        let b = try built.record("B", after: [a.id])
+        a.prerequisites = [b.id]
+        var c = try built.record("C")
+        c.prerequisites = [c.id]
+        let d = try built.record("D", after: [a.id])
+        let e = try built.record("E")
+        for record in [a, b, c, d, e] { try built.store.add(record) }
+        built.store.close()
+        let names = [a.id: "A", b.id: "B", c.id: "C", d.id: "D", e.id: "E"]
+        // When it is restored
+        let fixture = try QueueFixture(maxConcurrent: 2, directory: built.directory, journal: built.journal)
+        let report = try fixture.queue.restore()
+        let drained = await Self.drains(fixture.queue)
+        // Then the queue drains: the records of the cycles, and what waits for them, fail;
+        // the others run
+        #expect(drained, "restore stalled: \(Self.leftovers(fixture.queue, names: names))")
+        #expect(fixture.lines == ["E#1 retry=false retries=0"])
+        #expect(Set(report.failedWithTheirPrerequisites.compactMap { names[$0.rawValue] }) == ["A", "B", "C", "D"])
+        let failed = Dictionary(uniqueKeysWithValues: try fixture.queue.failedOperations().map { ($0.id.rawValue, $0) })
+        #expect(failed[a.id]?.reason.contains("form a cycle") == true)
+        #expect(failed[c.id]?.failedPrerequisite == nil)
+        #expect(failed[d.id]?.failedPrerequisite?.rawValue == a.id)
+        // And re-queueing them fails them again, without looping
+        fixture.queue.isSuspended = true
+        try fixture.queue.retryFailedOperation(withID: PersistentOperationID(record: a.id))
+        try fixture.queue.retryAllFailedOperations()
+        fixture.queue.isSuspended = false
+        let drainedAgain = await Self.drains(fixture.queue)
+        #expect(drainedAgain, "re-queueing stalled: \(Self.leftovers(fixture.queue, names: names))")
+        #expect(Set(try fixture.queue.failedOperations().map(\.id.rawValue)) == [a.id, b.id, c.id, d.id])
+        #expect(try fixture.pendingRecords().isEmpty)
+    }
+
     // MARK: Random stores
 
     /// One record of a generated store.
