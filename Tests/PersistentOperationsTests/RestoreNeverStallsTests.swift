@@ -169,6 +169,31 @@ struct RestoreNeverStallsTests {
         #expect(try fixture.pendingRecords().isEmpty)
     }
 
+    @Test func aRecordThatWaitsForAPeriodicSeriesFailsInsteadOfWaitingForever() async throws {
+        // Given a store written by hand: a periodic series, and a record that names it as its
+        // prerequisite (the queue refuses that dependency)
+        var built = try BuiltStore()
+        var series = try built.record("series")
+        series.repeatInterval = 60
+        series.periodTarget = Date(timeIntervalSinceReferenceDate: 0)
+        let dependent = try built.record("dependent", after: [series.id])
+        for record in [series, dependent] { try built.store.add(record) }
+        built.store.close()
+        let names = [series.id: "series", dependent.id: "dependent"]
+        // When it is restored
+        let fixture = try QueueFixture(directory: built.directory, journal: built.journal)
+        let report = try fixture.queue.restore()
+        let drained = await Self.drains(fixture.queue)
+        // Then the dependent fails, naming the series, and the series goes on
+        #expect(drained, "restore stalled: \(Self.leftovers(fixture.queue, names: names))")
+        #expect(report.failedWithTheirPrerequisites.map(\.rawValue) == [dependent.id])
+        let failed = try fixture.queue.failedOperations()
+        #expect(failed.map(\.id.rawValue) == [dependent.id])
+        #expect(failed.first?.failedPrerequisite?.rawValue == series.id)
+        #expect(failed.first?.reason.contains("is periodic") == true)
+        #expect(fixture.lines == ["series#1 retry=false retries=0"])
+    }
+
     // MARK: Random stores
 
     /// One record of a generated store.

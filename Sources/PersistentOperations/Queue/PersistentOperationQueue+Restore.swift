@@ -329,9 +329,9 @@ extension PersistentOperationQueue {
     ///
     /// A prerequisite that is pending (restored now or tracked already) is waited for; one that
     /// is nowhere succeeded earlier (a cancelled one takes its dependents' records with it
-    /// before its own, so it never looks the same). Records whose prerequisites form a cycle
-    /// (the queue never stores one, but a store written by hand or damaged may hold one) would
-    /// wait forever: they fail.
+    /// before its own, so it never looks the same). Records whose prerequisites form a cycle,
+    /// or that wait for a periodic series (the queue never stores either, but a store written
+    /// by hand or damaged may hold them), would wait forever: they fail.
     func settlePrerequisites(
         of restored: [RestoredRecord], unavailable: Set<String>, quarantined: Set<String>,
         cancelled: Set<String>, report: inout RestoreReport
@@ -339,6 +339,11 @@ extension PersistentOperationQueue {
         guard restored.contains(where: { !$0.prerequisites.isEmpty }) else { return restored }
         let failed = Set(try store.listArea(.failed).compactMap(StoreLayout.recordIdentifier(fromFileName:)))
         let restoredIDs = Set(restored.map(\.id))
+        // A periodic series never finishes (the queue refuses it as a prerequisite, but a store
+        // written by hand may name one): what waits for it could never start.
+        let periodic = state.withLock { state in
+            Set(restored.flatMap(\.prerequisites).filter { state.entries[$0]?.record.isPeriodic == true })
+        }
         var dependents: [String: [String]] = [:]
         var fates: [String: RestoredFate] = [:]
         var work: [String] = []
@@ -351,6 +356,8 @@ extension PersistentOperationQueue {
                 fate = .fails(cause: cause, reason: "prerequisite \(cause) failed for good")
             } else if let cause = record.prerequisites.first(where: quarantined.contains) {
                 fate = .fails(cause: cause, reason: "prerequisite \(cause) could not be read and was quarantined")
+            } else if let cause = record.prerequisites.first(where: periodic.contains) {
+                fate = .fails(cause: cause, reason: "prerequisite \(cause) is periodic: a series never finishes, so it could never start")
             } else if let cause = record.prerequisites.first(where: cancelled.contains) {
                 fate = .cancelled(cause: cause)
             } else if record.prerequisites.contains(where: unavailable.contains) {
