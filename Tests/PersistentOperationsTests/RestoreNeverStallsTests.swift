@@ -245,10 +245,15 @@ struct RestoreNeverStallsTests {
             shape.addsAfter = Int.random(in: 0..<10, using: &random) < 2 ? Int.random(in: 1...3, using: &random) : 0
             shape.launchFile = ["witness on\n", "witness on\ncrashed 11\n", "witness off\n", nil].randomElement(using: &random)!
             let suspects = ["1 0 1", "1 0 0", "0 0 1", "2 1 1", "1 2 1", "1 3 1", "garbage"]
-            for index in 0..<Int.random(in: 2...7, using: &random) {
+            let count = Int.random(in: 2...7, using: &random)
+            for index in 0..<count {
                 let roll = Int.random(in: 0..<100, using: &random)
                 var node = Node(name: "n\(index)", area: roll < 8 ? .failed : roll < 14 ? .gone : roll < 18 ? .unregistered : .pending)
                 node.prerequisites = (0..<index).filter { _ in Int.random(in: 0..<100, using: &random) < 40 }
+                if Int.random(in: 0..<100, using: &random) < 5 {
+                    // A store written by hand or damaged: a prerequisite that may close a cycle.
+                    node.prerequisites.append(Int.random(in: index..<count, using: &random))
+                }
                 node.goneCount = Int.random(in: 0..<100, using: &random) < 15 ? 1 : 0
                 if node.area == .pending {
                     node.isDated = Int.random(in: 0..<100, using: &random) < 15
@@ -307,7 +312,8 @@ struct RestoreNeverStallsTests {
 
     @Test func randomStoresOfRecordsAndCrashEvidenceAlwaysDrain() async throws {
         // Given hundreds of seeded random stores: graphs of pending records whose prerequisites
-        // are pending, gone (succeeded), failed, expired or of an unregistered type; records with
+        // are pending, gone (succeeded), failed, expired or of an unregistered type, a few with
+        // cycles (a store written by hand or damaged); records with
         // not-before dates and run conditions; random suspect files, attempt markers and launch
         // files (the removals a power cut lost are the pending prerequisites of suspects);
         // queues of 1 to 3 slots, some with operations added before and after the restore
@@ -363,19 +369,46 @@ struct RestoreNeverStallsTests {
     /// The records that end (run, or fail with a prerequisite) before any date passes or any
     /// run condition holds: what needs neither, directly or through a prerequisite.
     static func endingEarly(_ shape: Shape) -> [Int] {
-        // What fails at restore (in the failed area, expired, crash-looped), and what follows it.
-        var fails = [Bool](repeating: false, count: shape.nodes.count)
-        // What cannot run in this launch (an unregistered type), and what waits for it.
-        var held = [Bool](repeating: false, count: shape.nodes.count)
-        var early = [Bool](repeating: false, count: shape.nodes.count)
-        for (index, node) in shape.nodes.enumerated() {
-            // (A record of an unregistered type is never restored: it stays, whatever its prerequisites.)
-            fails[index] = node.area == .failed || (node.area == .pending && (
-                node.isExpired || node.suspect == "1 3 1" || node.prerequisites.contains { fails[$0] }
-            ))
-            held[index] = !fails[index] && (node.area == .unregistered || node.prerequisites.contains { held[$0] })
-            early[index] = node.area == .pending && !held[index] && (fails[index] || (
-                !node.isDated && !node.isConditioned && node.prerequisites.allSatisfy { shape.nodes[$0].area == .gone || early[$0] }
+        let nodes = shape.nodes
+        // The records restore tracks (it fails the expired and crash-looped ones first).
+        let restored = nodes.map { $0.area == .pending && !$0.isExpired && $0.suspect != "1 3 1" }
+        // Those whose prerequisites, among the restored ones, lead back to them.
+        let inCycle = nodes.indices.map { start -> Bool in
+            var seen: Set<Int> = []
+            var stack = nodes[start].prerequisites.filter { restored[$0] }
+            while let next = stack.popLast() {
+                if next == start { return true }
+                if seen.insert(next).inserted { stack += nodes[next].prerequisites.filter { restored[$0] } }
+            }
+            return false
+        }
+        // What fails at restore (in the failed area, expired, crash-looped, in a cycle), and what
+        // follows it; what cannot run in this launch (an unregistered type), and what waits for
+        // it; and what ends early. (A record of an unregistered type is never restored: it
+        // stays, whatever its prerequisites.)
+        /// `values`, with every index set for which `rule` holds, until none changes.
+        func settle(_ values: [Bool], _ rule: ([Bool], Int) -> Bool) -> [Bool] {
+            var values = values
+            var changed = true
+            while changed {
+                changed = false
+                for index in nodes.indices where !values[index] && rule(values, index) {
+                    values[index] = true
+                    changed = true
+                }
+            }
+            return values
+        }
+        let fails = settle(nodes.indices.map { nodes[$0].area == .failed || (nodes[$0].area == .pending && (!restored[$0] || inCycle[$0])) }) { fails, index in
+            nodes[index].area == .pending && nodes[index].prerequisites.contains { fails[$0] }
+        }
+        let held = settle(nodes.indices.map { nodes[$0].area == .unregistered && !fails[$0] }) { held, index in
+            !fails[index] && nodes[index].prerequisites.contains { held[$0] }
+        }
+        let early = settle([Bool](repeating: false, count: nodes.count)) { early, index in
+            let node = nodes[index]
+            return node.area == .pending && !held[index] && (fails[index] || (
+                !node.isDated && !node.isConditioned && node.prerequisites.allSatisfy { nodes[$0].area == .gone || early[$0] }
             ))
         }
         return early.indices.filter { early[$0] }
