@@ -96,9 +96,10 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         var conditionStates: [String: Bool] = [:]
         /// The due entries waiting for each run condition that did not hold when they became due.
         var conditionWaiters: [String: Set<String>] = [:]
-        /// Entries that had to run alone and wait for a run condition: back in `isolation` when
-        /// released (see `+Conditions`).
-        var parkedIsolated: Set<String> = []
+        /// Entries that must run alone but cannot start now (they wait for a date, for
+        /// prerequisites or for a run condition): back at the end of `isolation` when they
+        /// become due (see `+Isolation`).
+        var waitingToRunAlone: Set<String> = []
         /// Periodic entries between two periods (see `+Periodic`): the queue counts as idle
         /// when these are all it holds.
         var seriesBetweenPeriods: Set<String> = []

@@ -52,6 +52,8 @@ public struct RestoreReport: Sendable, Hashable {
     public var discardedFromUncommittedBatches: [PersistentOperationID] = []
     /// Operations whose prerequisite is in the failed area (or was quarantined): moved to the
     /// failed area too, with the prerequisite named (see ``PersistentOperationEvent/abandoned(_:prerequisite:)``).
+    /// Also those whose prerequisites form a cycle (the queue never stores one; a store written
+    /// by hand or damaged may hold one), which could never start: moved there naming none.
     public var failedWithTheirPrerequisites: [PersistentOperationID] = []
     /// Operations waiting for a prerequisite that cannot run in this launch (its type is not
     /// registered, or a newer library wrote it): kept on disk untouched, like it.

@@ -185,6 +185,32 @@ struct CrashAttributionTests {
         #expect(reports.map(\.movedToFailedAfterCrashes.count) == [0, 0, 1])
     }
 
+    @Test func aLaunchFileLostInAPowerCutCountsNoCrash() async throws {
+        // Given a store whose launch file a power cut lost (it is not synced), with the attempt
+        // marker of the one operation that was in flight, on a queue whose crash-loop limit is 1
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let journal = UUID().uuidString
+        let record = OperationRecord(
+            typeIdentifier: ScriptedUpload.persistenceIdentifier,
+            payload: try RecordFormat.encodePayload(UploadPayload(name: "x", journal: journal)), enqueueSequence: 1
+        )
+        try store.add(record)
+        try store.setAttemptsInFlight(1, forRecord: record.id)
+        store.close()
+        #expect(!FileManager.default.fileExists(atPath: directory.path("attempts", "launch")))
+        // When the next launch opens and restores
+        let launch = try QueueFixture(directory: directory, crashLoopLimit: 1, journal: journal)
+        let report = try launch.queue.restore()
+        await launch.queue.allOperationsFinished()
+        // Then no crash is counted against it: it runs again, alone, as after a possible crash
+        #expect(report.movedToFailedAfterCrashes.isEmpty)
+        #expect(report.restored.map(\.rawValue) == [record.id])
+        #expect(report.runAlone.map(\.rawValue) == [record.id])
+        #expect(launch.lines == ["x#2 retry=true retries=0"])
+        #expect(try launch.failedRecords().isEmpty)
+    }
+
     @Test func anAttemptThatEndsClearsTheCrashesOnFile() async throws {
         // Given an operation with two crashes on file whose next attempt ends with a retry
         var launch = try QueueFixture(maxConcurrent: 1)

@@ -301,6 +301,34 @@ struct OperationGraphTests {
         #expect(try fixture.pendingRecords().isEmpty)
     }
 
+    @Test(arguments: [true, false])
+    func aDependentOfAnOperationAbandonedWithItsPrerequisiteIsRefusedAsEnded(prerequisiteFails: Bool) async throws {
+        // Given an album that fails for good (or is cancelled), and a photo abandoned with it
+        let fixture = try QueueFixture()
+        let events = fixture.queue.events
+        let album = fixture.upload("album", prerequisiteFails ? [.fail] : [.hang])
+        let photo = fixture.upload("photo")
+        photo.addDependency(album)
+        let ids = try fixture.queue.addOperations([album, photo])
+        if !prerequisiteFails {
+            for await event in events {
+                if case .started(ids[0], _) = event { break }
+            }
+            fixture.queue.cancelOperation(withID: ids[0])
+        }
+        await fixture.queue.allOperationsFinished()
+        // When an operation that depends on the photo is added
+        let publish = fixture.upload("publish")
+        publish.addDependency(photo)
+        let error = #expect(throws: PersistenceError.self) { try fixture.queue.addOperation(publish) }
+        // Then it is refused because the photo ended with its prerequisite, not as an
+        // operation the queue does not store
+        #expect(error?.code == .prerequisiteFailed)
+        #expect(error?.message.contains(prerequisiteFails ? "failed for good" : "was cancelled") == true)
+        #expect(try fixture.pendingRecords().isEmpty)
+        #expect(fixture.lines == ["album#1 retry=false retries=0"])
+    }
+
     @Test func badInputInAnyMemberRejectsTheWholeBatch() throws {
         let fixture = try QueueFixture(suspended: true)
         final class Unregistered: Operation, PersistentOperation, @unchecked Sendable {

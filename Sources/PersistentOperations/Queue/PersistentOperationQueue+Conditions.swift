@@ -76,7 +76,7 @@ extension PersistentOperationQueue {
                 if let other = firstUnmetCondition(of: entry, in: state) {
                     park(&entry, under: other, in: &state)
                 } else {
-                    if state.parkedIsolated.remove(id) != nil { state.isolation.append(id) }
+                    rejoinIsolation(id, in: &state)
                     hold(&entry, in: &state)
                 }
                 state.entries[id] = entry
@@ -112,13 +112,13 @@ extension PersistentOperationQueue {
         state.conditionWaiters[condition, default: []].insert(entry.record.id)
         if state.isolation.contains(entry.record.id) {
             endIsolation(of: entry.record.id, in: &state)
-            state.parkedIsolated.insert(entry.record.id)
+            state.waitingToRunAlone.insert(entry.record.id)
         }
     }
 
-    /// Under the lock: forgets that a forgotten entry waits for a condition.
+    /// Under the lock: forgets that a forgotten entry waits for a condition, or to run alone.
     func unpark(_ entry: Entry, in state: inout State) {
-        state.parkedIsolated.remove(entry.record.id)
+        state.waitingToRunAlone.remove(entry.record.id)
         guard let condition = entry.parkedUnder else { return }
         state.conditionWaiters[condition]?.remove(entry.record.id)
         if state.conditionWaiters[condition]?.isEmpty == true {

@@ -8,7 +8,9 @@ extension PersistentOperationQueue {
     /// Removes or moves the record of a finished operation, then forgets it; a failure or a
     /// cancellation takes the operation's dependents with it (see `+Graph`).
     func operationFinished(_ id: String, outcome: RetryingOperation.Outcome) {
-        guard let (record, isSettled, expiry) = state.withLock({ state in state.entries[id].map { ($0.record, $0.isRecordSettled, $0.expiry) } }) else { return }
+        guard let (record, isSettled, ending, expiry) = state.withLock({ state in
+            state.entries[id].map { ($0.record, $0.isRecordSettled, $0.ending, $0.expiry) }
+        }) else { return }
         var outcome = outcome
         if let expiry, !outcome.isSuccess {
             // Finished because it expired before it started (a plain operation is cancelled
@@ -16,8 +18,10 @@ extension PersistentOperationQueue {
             outcome = .failed(expiry)
         }
         if isSettled {
-            // Abandoned with a prerequisite: its record was dealt with then.
-            forget(id)
+            // Abandoned with a prerequisite: its record was dealt with then. How it ended is
+            // remembered, so that a dependent added later is refused as one of an operation
+            // that failed or was cancelled.
+            forget(id, ending: ending)
             return
         }
         if record.isPeriodic, expiry == nil, endPeriod(id, outcome: outcome) {

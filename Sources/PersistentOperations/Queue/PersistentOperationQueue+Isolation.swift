@@ -12,10 +12,17 @@ import Foundation
 // first of them is the only operation given a slot, and only once no other slot is in the
 // `OperationQueue`; everything else that becomes due waits in `State.ready`. When its slot
 // leaves (the attempt ended: success, retry wait, failure, cancellation) the next one runs;
-// when the list is empty, the ready operations fill the window as usual. An operation that
-// cannot start an attempt now (waiting for a date or for prerequisites) leaves the list and
-// runs with the rest. So a launch after a crash runs at most as many attempts one at a time
-// as were in flight at the crashes not yet explained, then everything else.
+// when the list is empty, the ready operations fill the window as usual.
+//
+// An operation of the list that cannot start an attempt now — it waits for a date, for its
+// prerequisites (a power cut can leave a prerequisite pending whose dependent was in flight)
+// or for a run condition — is set aside (`State.waitingToRunAlone`) so that nothing waits
+// behind it, and goes back to the end of the list when it becomes due: it still runs alone.
+// Every path that holds an operation back because of the list (`queueOrHoldRefilling`), or
+// makes its head wait (`schedule`, `park`), fills the slots again, so the list never holds
+// the queue while its head cannot run. So a launch after a crash runs at most as many
+// attempts one at a time as were in flight at the crashes not yet explained, then everything
+// else, and it never stalls, whatever records and evidence a crash or a power cut left.
 
 extension PersistentOperationQueue {
     /// Under the lock: whether `id` may be given a slot now, as far as isolation goes.
@@ -26,7 +33,8 @@ extension PersistentOperationQueue {
 
     /// Under the lock: the slots to add to the `OperationQueue` now — the first isolated
     /// operation's, when nothing else is in flight, or as many ready operations as the window
-    /// has room for once none is isolated.
+    /// has room for once none is isolated. Isolated operations that cannot start now are set
+    /// aside on the way.
     func fillSlots(in state: inout State, window: Int) -> [AttemptSlot] {
         while let head = state.isolation.first {
             guard state.slotsInQueue == 0 else { return [] }
@@ -45,10 +53,15 @@ extension PersistentOperationQueue {
                 }
                 return slot.map { [$0] } ?? []
             case .scheduled(nil), .queued, .running:
-                // Being scheduled (its slot comes next), or already holding one.
+                // Being scheduled (`schedule` fills the slots again if it must wait for a
+                // date), or already holding one.
                 return []
-            case .scheduled(.some), .waitingToRetry, .blocked, .waitingForConditions:
-                // Not due now: it runs later, with the rest.
+            case .scheduled(.some), .blocked, .waitingForConditions:
+                // Not due now: the others run meanwhile, and it runs alone once due.
+                state.isolation.removeFirst()
+                state.waitingToRunAlone.insert(head)
+            case .waitingToRetry:
+                // Its attempt has ended (its slot is about to leave).
                 state.isolation.removeFirst()
             }
         }
@@ -68,6 +81,14 @@ extension PersistentOperationQueue {
         let slots = state.withLock { fillSlots(in: &$0, window: window) }
         for slot in slots {
             operationQueue.addOperation(slot)
+        }
+    }
+
+    /// Under the lock: an operation that must run alone and was set aside while it could not
+    /// start has become due: back to the end of the list.
+    func rejoinIsolation(_ id: String, in state: inout State) {
+        if state.waitingToRunAlone.remove(id) != nil {
+            state.isolation.append(id)
         }
     }
 

@@ -306,6 +306,9 @@ extension PersistentOperationQueue {
     private enum RestoredFate {
         /// A prerequisite is in the failed area or was quarantined: the record fails too.
         case fails(cause: String, reason: String)
+        /// Its prerequisites form a cycle: it could never start, and fails on its own
+        /// account (naming no prerequisite, so that no chain of causes in the failed area loops).
+        case inCycle(reason: String)
         /// A prerequisite was removed as replaced (cancelled): the record is removed too.
         case cancelled(cause: String)
         /// A prerequisite cannot run in this launch: the record stays on disk untouched.
@@ -313,7 +316,7 @@ extension PersistentOperationQueue {
 
         var precedence: Int {
             switch self {
-            case .fails: return 3
+            case .fails, .inCycle: return 3
             case .cancelled: return 2
             case .held: return 1
             }
@@ -326,7 +329,9 @@ extension PersistentOperationQueue {
     ///
     /// A prerequisite that is pending (restored now or tracked already) is waited for; one that
     /// is nowhere succeeded earlier (a cancelled one takes its dependents' records with it
-    /// before its own, so it never looks the same).
+    /// before its own, so it never looks the same). Records whose prerequisites form a cycle,
+    /// or that wait for a periodic series (the queue never stores either, but a store written
+    /// by hand or damaged may hold them), would wait forever: they fail.
     func settlePrerequisites(
         of restored: [RestoredRecord], unavailable: Set<String>, quarantined: Set<String>,
         cancelled: Set<String>, report: inout RestoreReport
@@ -334,6 +339,11 @@ extension PersistentOperationQueue {
         guard restored.contains(where: { !$0.prerequisites.isEmpty }) else { return restored }
         let failed = Set(try store.listArea(.failed).compactMap(StoreLayout.recordIdentifier(fromFileName:)))
         let restoredIDs = Set(restored.map(\.id))
+        // A periodic series never finishes (the queue refuses it as a prerequisite, but a store
+        // written by hand may name one): what waits for it could never start.
+        let periodic = state.withLock { state in
+            Set(restored.flatMap(\.prerequisites).filter { state.entries[$0]?.record.isPeriodic == true })
+        }
         var dependents: [String: [String]] = [:]
         var fates: [String: RestoredFate] = [:]
         var work: [String] = []
@@ -346,6 +356,8 @@ extension PersistentOperationQueue {
                 fate = .fails(cause: cause, reason: "prerequisite \(cause) failed for good")
             } else if let cause = record.prerequisites.first(where: quarantined.contains) {
                 fate = .fails(cause: cause, reason: "prerequisite \(cause) could not be read and was quarantined")
+            } else if let cause = record.prerequisites.first(where: periodic.contains) {
+                fate = .fails(cause: cause, reason: "prerequisite \(cause) is periodic: a series never finishes, so it could never start")
             } else if let cause = record.prerequisites.first(where: cancelled.contains) {
                 fate = .cancelled(cause: cause)
             } else if record.prerequisites.contains(where: unavailable.contains) {
@@ -358,13 +370,17 @@ extension PersistentOperationQueue {
                 work.append(record.id)
             }
         }
+        for (id, through) in Self.prerequisiteCycles(of: restored, among: restoredIDs) where fates[id]?.precedence != 3 {
+            fates[id] = .inCycle(reason: "its prerequisites form a cycle (through \(through)), so it could never start")
+            work.append(id)
+        }
         var index = 0
         while index < work.count {
             let id = work[index]
             index += 1
             let inherited: RestoredFate
             switch fates[id]! {
-            case .fails: inherited = .fails(cause: id, reason: "prerequisite \(id) failed for good")
+            case .fails, .inCycle: inherited = .fails(cause: id, reason: "prerequisite \(id) failed for good")
             case .cancelled: inherited = .cancelled(cause: id)
             case .held: inherited = .held
             }
@@ -395,6 +411,18 @@ extension PersistentOperationQueue {
                     reportStoreError(id, "could not move a record whose prerequisite failed to the failed area; it was not run: \(error)")
                 }
                 forget(id)
+            case .inCycle(let reason):
+                guard state.withLock({ $0.entries[id] != nil }) else { continue }
+                do {
+                    var record = try store.readPending(id: id)
+                    record.lastErrorDescription = reason
+                    _ = try store.moveToFailed(record, reason: reason)
+                    report.failedWithTheirPrerequisites.append(operationID)
+                    hub.emit(.failed(operationID, reason: reason))
+                } catch {
+                    reportStoreError(id, "could not move a record whose prerequisites form a cycle to the failed area; it was not run: \(error)")
+                }
+                forget(id)
             case .cancelled(let cause):
                 cancellations.append((id, cause))
             case .held:
@@ -417,5 +445,50 @@ extension PersistentOperationQueue {
             forget(id)
         }
         return restored.filter { fates[$0.id] == nil }
+    }
+
+    /// The records among `restored` that lie on a cycle of prerequisites (or between two),
+    /// each with one of its prerequisites on it. Peels from both ends, O(records + edges):
+    /// what is left once every record without a prerequisite left has gone, and then every
+    /// one without a dependent left, lies on a cycle. `among`: the identifiers of `restored`.
+    static func prerequisiteCycles(of restored: [RestoredRecord], among restoredIDs: Set<String>) -> [String: String] {
+        var prerequisites: [String: Set<String>] = [:]
+        var dependents: [String: Set<String>] = [:]
+        for record in restored where !record.prerequisites.isEmpty {
+            let among = Set(record.prerequisites).intersection(restoredIDs)
+            guard !among.isEmpty else { continue }
+            prerequisites[record.id] = among
+            for prerequisite in among { dependents[prerequisite, default: []].insert(record.id) }
+        }
+        guard !prerequisites.isEmpty else { return [:] }
+        // Records that can start once their prerequisites have run.
+        var waiting = prerequisites.mapValues(\.count)
+        var free = restored.map(\.id).filter { waiting[$0] == nil }
+        while let id = free.popLast() {
+            for dependent in dependents[id] ?? [] {
+                waiting[dependent]! -= 1
+                if waiting[dependent] == 0 {
+                    waiting.removeValue(forKey: dependent)
+                    free.append(dependent)
+                }
+            }
+        }
+        // Of the others, those that merely wait behind a cycle.
+        var awaited = Dictionary(uniqueKeysWithValues: waiting.keys.map { id in
+            (id, dependents[id, default: []].filter { waiting[$0] != nil }.count)
+        })
+        var behind = awaited.filter { $0.value == 0 }.map(\.key)
+        while let id = behind.popLast() {
+            awaited.removeValue(forKey: id)
+            for prerequisite in prerequisites[id] ?? [] where awaited[prerequisite] != nil {
+                awaited[prerequisite]! -= 1
+                if awaited[prerequisite] == 0 { behind.append(prerequisite) }
+            }
+        }
+        var cycles: [String: String] = [:]
+        for id in awaited.keys {
+            cycles[id] = prerequisites[id]?.first { awaited[$0] != nil }
+        }
+        return cycles
     }
 }

@@ -42,23 +42,24 @@ extension PersistentOperationQueue {
         let slots = state.withLock { state -> [AttemptSlot] in
             guard var entry = state.entries[id], case .scheduled = entry.phase else { return [] }
             state.seriesBetweenPeriods.remove(id)
+            rejoinIsolation(id, in: &state)
             return queueOrHoldRefilling(&entry, in: &state, window: window)
         }
         for slot in slots { operationQueue.addOperation(slot) }
     }
 
-    /// Under the lock: `queueOrHold`, and stores the entry; when that parked the first operation
-    /// of the isolation list (a run condition does not hold), the slots the next ones get.
+    /// Under the lock: `queueOrHold`, and stores the entry. When that gave it no slot while
+    /// operations must run alone, the slots `fillSlots` gives now: the first of the isolation
+    /// list may be one that cannot start (it waits for prerequisites or a date, or was parked
+    /// just now), which must not hold this one and the rest back.
     func queueOrHoldRefilling(_ entry: inout Entry, in state: inout State, window: Int) -> [AttemptSlot] {
         let id = entry.record.id
         let wasIsolationHead = state.isolation.first == id
         let slot = queueOrHold(&entry, in: &state, window: window)
         state.entries[id] = entry
         if let slot { return [slot] }
-        if wasIsolationHead, case .waitingForConditions = entry.phase {
-            return fillSlots(in: &state, window: window)
-        }
-        return []
+        guard wasIsolationHead || !state.isolation.isEmpty else { return [] }
+        return fillSlots(in: &state, window: window)
     }
 
     /// A slot left the `OperationQueue`: give its room to the next ready operations.

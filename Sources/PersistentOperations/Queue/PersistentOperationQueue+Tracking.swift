@@ -73,16 +73,20 @@ extension PersistentOperationQueue {
     }
 
     /// Puts a newly tracked operation in the timer until `due` (its not-before or
-    /// next-attempt date), or queues it at once.
+    /// next-attempt date), or queues it at once. One that must run alone next is set aside
+    /// while it waits, so that the others are not held behind it (see `+Isolation`).
     func schedule(_ id: String, due: Date?) {
         if let due, due > timer.now {
             let token = timer.schedule(at: due) { [weak self] in self?.enqueueSlot(for: id) }
-            let isStale = state.withLock { state -> Bool in
-                guard case .scheduled(nil)? = state.entries[id]?.phase else { return true }
+            let window = slotWindow()
+            let scheduled = state.withLock { state -> (isStale: Bool, slots: [AttemptSlot]) in
+                guard case .scheduled(nil)? = state.entries[id]?.phase else { return (true, []) }
                 state.entries[id]?.phase = .scheduled(token)
-                return false
+                guard state.isolation.first == id else { return (false, []) }
+                return (false, fillSlots(in: &state, window: window))
             }
-            if isStale { token.cancel() }
+            if scheduled.isStale { token.cancel() }
+            for slot in scheduled.slots { operationQueue.addOperation(slot) }
         } else {
             enqueueSlot(for: id)
         }

@@ -91,7 +91,9 @@ extension RecordStore {
                 for (id, marker) in markers {
                     var suspect = CrashSuspect(interruptedAttempts: marker.attempts, crashes: marker.crashes, runsAlone: marker.crashes > 0)
                     if mayBeCrash {
-                        if markers.count == 1 { suspect.crashes += 1 }
+                        // No launch file at all: a power cut lost it (it is not synced), and a
+                        // power cut is not a crash. Its attempts run alone; no crash is counted.
+                        if markers.count == 1, lines != nil { suspect.crashes += 1 }
                         suspect.runsAlone = true
                     }
                     try writeSuspect(suspect, forRecord: id)
@@ -105,8 +107,9 @@ extension RecordStore {
             try writeLaunchFile([witness ? "witness on" : "witness off"], at: launchPath)
         } catch {
             // A full disk, say: the store still opens. Without a launch file the next launch
-            // counts this one's death as a possible crash, and `restore()` reads the markers
-            // left here as suspects that run alone: cautious, and nothing is lost.
+            // runs the attempts this one had in flight alone, counting no crash (it reads as
+            // a power cut), and `restore()` reads the markers left here as suspects that run
+            // alone: cautious, and nothing is lost.
             try? configuration.fileSystem.unlink(launchPath)
             return (ending, nil)
         }
