@@ -58,6 +58,10 @@ extension PersistentOperationQueue {
         if wasIsolationHead, case .waitingForConditions = entry.phase {
             return fillSlots(in: &state, window: window)
         }
+        if case .ready = entry.phase, state.slotsInQueue == 0, state.isolationAfterOthers.contains(id) {
+            // A suspect of kills became due with nothing else in flight: its turn may be now.
+            return fillSlots(in: &state, window: window)
+        }
         return []
     }
 
