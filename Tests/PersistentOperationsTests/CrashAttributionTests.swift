@@ -198,11 +198,11 @@ struct CrashAttributionTests {
         await launch.queue.allOperationsFinished()
         // Then it is moved aside after 3 kills while it ran alone (4 killed launches started
         // it): the operations in flight beside it at the first kill ran alone after the others,
-        // the poison first once kills were on file
+        // the poison last once a kill was on file
         #expect(kills == 4)
         #expect(reports.map(\.previousLaunchEnding) == [.killed, .killed, .killed, .killed])
         #expect(reports.map { $0.runAlone.map { names[$0] ?? "?" } } == [
-            ["a", "poison", "b", "c"], ["poison", "b", "c"], ["poison", "b", "c"], ["b", "c"],
+            ["a", "poison", "b", "c"], ["b", "c", "poison"], ["poison"], [],
         ])
         #expect(reports.last?.movedToFailedAfterCrashes.map { names[$0] } == ["poison"])
         let failed = try launch.queue.failedOperations()

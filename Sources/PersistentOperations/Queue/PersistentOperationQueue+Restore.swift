@@ -170,13 +170,15 @@ extension PersistentOperationQueue {
         report.previousLaunchApplicationState = previousLaunchWasActive ? .active : .inactive
         // Those that must run alone before other work: crashes on file first, so that a poison
         // operation is tried again before the others; then in run order (`restored` is sorted).
-        // Then the suspects of kills, which run alone once nothing else is due: kills on file
-        // first, then in run order.
+        // Then the suspects of kills, which run alone once nothing else is due: fewest kills on
+        // file first, then in run order. An operation just blamed for a kill runs after the
+        // others, so that kills from outside, which land on whatever runs, spread over them
+        // rather than fall on it again; a poison is killed whenever its turn comes.
         let isolated = restored.filter { $0.runsAlone && !$0.runsAloneAfterOthers }.enumerated()
             .sorted { ($0.element.crashes, -$0.offset) > ($1.element.crashes, -$1.offset) }
             .map(\.element.id)
         let isolatedAfterOthers = restored.filter { $0.runsAlone && $0.runsAloneAfterOthers }.enumerated()
-            .sorted { ($0.element.kills, -$0.offset) > ($1.element.kills, -$1.offset) }
+            .sorted { ($0.element.kills, $0.offset) < ($1.element.kills, $1.offset) }
             .map(\.element.id)
         report.runAlone = (isolated + isolatedAfterOthers).map { PersistentOperationID(record: $0) }
         // Reported before any of them is scheduled, so each `restored` event comes before
