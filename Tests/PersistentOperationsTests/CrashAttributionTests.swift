@@ -271,6 +271,10 @@ struct CrashAttributionTests {
         #expect(launch.wasActive)
         #expect(store.suspects()[alone] == CrashSuspect(interruptedAttempts: 2, crashes: 0, runsAlone: true, kills: 2, runsAloneAfterOthers: true))
         #expect(store.suspects()[waiting]?.kills == 2)
+        // And a read-only view (as store-inspector shows it) reports the kills on file
+        let view = try ReadOnlyPersistentStore(directory: directory.store).pendingRecords().records
+        let viewed = try #require(view.first { $0.id.rawValue == alone })
+        #expect(viewed.kills == 2 && viewed.runsAlone)
 
         // When a launch is killed while the app is not active, with one running alone
         try store.setAttemptsInFlight(3, kills: 2, runsAlone: true, forRecord: alone)
