@@ -87,8 +87,10 @@ public struct RestoreReport: Sendable, Hashable {
         /// It crashed with attempts in flight: the queue's crash-signal handler saw `signal`
         /// (see ``PersistentOperationQueue/Configuration/installsCrashSignalHandlers``).
         case crashed(signal: Int32)
-        /// It was killed from outside with attempts in flight (SIGKILL, as the OS ends apps;
-        /// or it exited): the crash-signal handler saw no crash. Attributed to nobody.
+        /// It was killed with attempts in flight (SIGKILL, as the OS ends apps; or it exited):
+        /// the crash-signal handler saw no crash. Attributed to the operation running alone if
+        /// the app was active (see ``RestoreReport/previousLaunchApplicationState``), otherwise
+        /// to nobody.
         case killed
         /// It ended with attempts in flight and had no crash-signal handler: a crash or a kill.
         case unwitnessed

@@ -18,11 +18,13 @@ extension PersistentOperationQueue {
     ///   not decode, are moved to the quarantine area (``RestoreReport/quarantined``);
     /// - records of unregistered types are left on disk untouched (``RestoreReport/unknownTypes``);
     /// - an operation that crashed the process ``Configuration/crashLoopLimit`` times while
-    ///   its attempt was the only one in flight is moved to the failed area
-    ///   (``RestoreReport/movedToFailedAfterCrashes``); the operations that were in flight
-    ///   beside others when the last launch crashed run their next attempts alone, one at a
-    ///   time, before anything else (``RestoreReport/runAlone``). A kill from outside counts
-    ///   against nobody. See <doc:ResumingAfterACrash>.
+    ///   its attempt was the only one in flight — or got it killed that many launches in a
+    ///   row while it ran alone and the app was active (``applicationState``) — is moved to the
+    ///   failed area (``RestoreReport/movedToFailedAfterCrashes``); the operations that were in
+    ///   flight beside others when the last launch crashed run their next attempts alone, one
+    ///   at a time, before anything else, and those in flight when it was killed while active
+    ///   run alone once the other due work is done (``RestoreReport/runAlone``). A kill while
+    ///   the app was not active counts against nobody. See <doc:ResumingAfterACrash>.
     ///
     /// Records already tracked (added in this run, or restored before) are skipped, so a
     /// second call restores nothing twice.
