@@ -18,10 +18,11 @@ import Foundation
 // as were in flight at the crashes not yet explained, then everything else.
 //
 // Suspects of kills (in flight when the app was killed while active) wait in
-// `State.isolationAfterOthers` instead, those with kills on file first: due, they are held in
-// `State.ready` until nothing else is ready or in flight, then the first of them moves to
-// `State.isolation` and runs alone. Ordinary work is not held back by them, and a kill from
-// outside at a random moment of a launch rarely finds one of them alone.
+// `State.isolationAfterOthers` instead, fewest kills on file first: due, they are held in
+// `State.ready` until nothing else is ready or in flight, then the first of them that is due
+// moves to `State.isolation` and runs alone. Ordinary work is not held back by them, and a kill
+// from outside at a random moment of a launch rarely finds one of them alone — nor the same
+// one launch after launch, while a poison is killed whenever its turn comes.
 
 extension PersistentOperationQueue {
     /// Under the lock: whether `id` may be given a slot now, as far as isolation goes.
