@@ -165,7 +165,7 @@ struct SoakCommand {
         let phases = Phase.allCases.map { "\($0.rawValue) \(killsByPhase[$0.rawValue, default: 0])" }.joined(separator: ", ")
         let tally = verifier.tally
         print("""
-              cycles: \(cycles) (\(ends.count - diedByItself - exitedEarly) killed by the soak, \(diedByItself) crashed by a crasher, \(exitedEarly) finished before the kill)
+              cycles: \(cycles) (\(ends.count - diedByItself - exitedEarly) killed by the soak, \(diedByItself) ended by a poison (a crasher or a killer), \(exitedEarly) finished before the kill)
               kills by phase: \(phases) (\(late) of them after the aimed-at moment did not come within 2 s)
               launches: \(cycles + finalLaunches) (\(finalLaunches) after the last cycle, \(finalCrashes) of them crashed by a crasher, \(finalKills) killed by a killer; \(tally.launches) got as far as restoring); a crasher to add in \(crasherLaunches) cycles, acknowledged in \(crashersAcknowledged); a killer to add in \(killerLaunches) cycles, acknowledged in \(killersAcknowledged) (an app a poison ended first adds none)
               acknowledged: \(tally.acknowledged), completed: \(tally.completed), failed for good (refused): \(tally.refused)
