@@ -196,35 +196,32 @@ struct CrashAttributionChildProcessTests {
         let journal = try EffectsJournal(path: effects)
         #expect(Set(journal.indices("done")) == Set(0..<count).subtracting(refused))
         // And the kills did find attempts in flight (the test exercised what it claims)
-        let interrupted = try Self.launchesThatRestoredAnAttemptInFlight(journal)
-        #expect(interrupted >= kills / 2, "only \(interrupted) launches restored an attempt that was in flight")
+        let interrupted = try Self.killedLaunchesWithAnAttemptInFlight(journal)
+        #expect(interrupted >= kills / 2, "only \(interrupted) kills interrupted an attempt")
         print("kills from outside: \(kills) SIGKILLs, \(interrupted) of them with attempts in flight, 0 uploads moved aside")
     }
 
-    /// Launches after which an upload started an attempt numbered higher than the attempts
-    /// that ended before: each such launch found an attempt interrupted by the previous kill.
-    static func launchesThatRestoredAnAttemptInFlight(_ journal: EffectsJournal) throws -> Int {
+    /// Launches that ended (a later launch followed: they were killed) with an attempt started
+    /// and not ended in the journal: each such kill interrupted an attempt. Counted in the
+    /// killed launch itself, so it does not matter when the interrupted attempt runs again (the
+    /// operations in flight at a kill run alone only once the other work is done).
+    static func killedLaunchesWithAnAttemptInFlight(_ journal: EffectsJournal) throws -> Int {
         var interrupted = 0
-        var lastStartLaunch: [Int: Int] = [:]
-        var endedSinceStart = Set<Int>()
-        var launch = 0
-        var counted = Set<Int>()
+        var inFlight = Set<Int>()
+        var hasLaunched = false
         for line in journal.lines {
             guard let word = line.first else { continue }
             switch word {
             case "launch":
-                launch += 1
+                if hasLaunched, !inFlight.isEmpty { interrupted += 1 }
+                hasLaunched = true
+                inFlight = []
             case "start":
                 guard line.count > 1, let index = Int(line[1]) else { continue }
-                if let earlier = lastStartLaunch[index], earlier < launch, !endedSinceStart.contains(index), !counted.contains(launch) {
-                    counted.insert(launch)
-                    interrupted += 1
-                }
-                lastStartLaunch[index] = launch
-                endedSinceStart.remove(index)
+                inFlight.insert(index)
             case "done", "retry", "fail":
                 guard line.count > 1, let index = Int(line[1]) else { continue }
-                endedSinceStart.insert(index)
+                inFlight.remove(index)
             default:
                 continue
             }
