@@ -11,7 +11,13 @@ import Darwin
 /// The "app" child process: restores the store, adds the operations not yet acknowledged,
 /// and runs until every operation has finished. Any moment of it may be killed.
 ///
-///     crash-demo app --store DIR --effects FILE --count N [--albums A] [--crash-loop-limit K] [--crasher]
+///     crash-demo app --store DIR --effects FILE --count N [--albums A] [--crash-loop-limit K] [--crasher | --killer]
+///                    [--max-concurrent W] [--inactive]
+///
+/// `--crasher` adds an upload that crashes the app on every attempt (a trap), `--killer` one
+/// that gets it SIGKILLed on every attempt (as iOS kills an app for memory or a hang).
+/// `--inactive` says the app is not active (``PersistentOperationQueue/applicationState``)
+/// before restoring, so a kill of this launch counts against nobody.
 ///
 /// It adds the A albums of ``DemoAlbum`` first (even ones as one batch, odd ones node by node,
 /// each dependent after its prerequisites), then N independent uploads.
@@ -31,13 +37,19 @@ struct AppCommand {
     var albums = 0
     var crashLoopLimit = PersistentOperationQueue.Configuration.defaultCrashLoopLimit
     var addsCrasher = false
+    /// Adds an upload that gets the app SIGKILLed on every attempt (`--killer`).
+    var addsKiller = false
     var attemptMilliseconds = 30
+    /// The `OperationQueue`'s `maxConcurrentOperationCount`.
+    var maximumConcurrentAttempts = 4
+    /// Whether the app says it is not active for the whole launch.
+    var isInactive = false
 
     func run() throws {
         try Effects.open(effects)
         let earlier = try EarlierLaunches(effects: effects)
         let operationQueue = OperationQueue()
-        operationQueue.maxConcurrentOperationCount = 4
+        operationQueue.maxConcurrentOperationCount = maximumConcurrentAttempts
         let queue = try PersistentOperationQueue(
             directory: store, operationQueue: operationQueue,
             configuration: .init(crashLoopLimit: crashLoopLimit)
@@ -51,10 +63,11 @@ struct AppCommand {
             default: break
             }
         }
+        if isInactive { queue.applicationState = .inactive }
         // Suspended while restoring, so that nothing finishes before it is journaled.
         operationQueue.isSuspended = true
         let report = try queue.restore()
-        Effects.write("launch \(getpid()) restored=\(report.restored.count) quarantined=\(report.quarantined.count) failed-after-crashes=\(report.movedToFailedAfterCrashes.count)")
+        Effects.write("launch \(getpid()) restored=\(report.restored.count) quarantined=\(report.quarantined.count) failed-after-crashes=\(report.movedToFailedAfterCrashes.count) previous=\(report.previousLaunchApplicationState.rawValue)")
         var restored: [Int: DemoUpload] = [:]
         for info in queue.operations() {
             if let upload = info.operation as? DemoUpload {
@@ -76,6 +89,8 @@ struct AppCommand {
         var jobs = (0..<count).map { UploadJob(index: $0, behaviour: .forIndex($0), attemptMilliseconds: attemptMilliseconds) }
         if addsCrasher {
             jobs.append(UploadJob(index: count, behaviour: .crashesTheApp, attemptMilliseconds: attemptMilliseconds))
+        } else if addsKiller {
+            jobs.append(UploadJob(index: count, behaviour: .killsTheApp, attemptMilliseconds: attemptMilliseconds))
         }
         // An upload restored in this launch is stored already, and may have finished and freed its
         // unique key by now (the albums above take time to add): adding it again would run it again.

@@ -47,7 +47,7 @@ struct DemoOptions {
           --help          show this text
 
         Other subcommands (used by the demo and the tests):
-          crash-demo app --store DIR --effects FILE --count N [--albums A] [--crash-loop-limit K] [--crasher] [--attempt-ms MS]
+          crash-demo app --store DIR --effects FILE --count N [--albums A] [--crash-loop-limit K] [--crasher | --killer] [--attempt-ms MS] [--max-concurrent W] [--inactive]
           crash-demo hold --store DIR
         """
 

@@ -19,6 +19,9 @@ enum UploadBehaviour: String, Codable, Sendable, CaseIterable {
     case refused
     /// Kills its own process on every attempt (for crash-loop protection).
     case crashesTheApp
+    /// Gets its process SIGKILLed on every attempt, as iOS kills an app that uses too much
+    /// memory (jetsam) or hangs (watchdog): no crash signal anyone can witness.
+    case killsTheApp
 
     /// The behaviour of operation `index` in a run of the demo or of the crash tests.
     static func forIndex(_ index: Int) -> UploadBehaviour {
@@ -90,9 +93,13 @@ final class DemoUpload: RetryingOperation, PersistentOperation, @unchecked Senda
             // (SIGILL or SIGTRAP, which the queue's crash-signal handler witnesses).
             fatalError("upload \(payload.index) crashes the app")
         }
+        if payload.behaviour == .killsTheApp {
+            // A poison operation the system kills the app for: SIGKILL, which no handler sees.
+            kill(getpid(), SIGKILL)
+        }
         DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(payload.attemptMilliseconds)) { [self] in
             switch payload.behaviour {
-            case .succeeds, .crashesTheApp:
+            case .succeeds, .crashesTheApp, .killsTheApp:
                 complete()
             case .flaky where attempt < 3:
                 Effects.write("retry \(payload.index) counted")

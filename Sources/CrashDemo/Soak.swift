@@ -13,12 +13,14 @@ import Darwin
 /// contract over the whole journal (see ``SoakVerifier``).
 ///
 ///     crash-demo soak [--cycles N] [--count M] [--albums A] [--seed S] [--directory DIR]
-///                     [--crasher-every K] [--crash-loop-limit L] [--attempt-ms MS]
+///                     [--crasher-every K] [--killer-every K] [--crash-loop-limit L] [--attempt-ms MS]
 ///
 /// Every cycle launches the app with `--count` raised by M and `--albums` by A, so each launch
 /// adds A new albums (operation graphs, ``DemoAlbum``: batches and single adds) and M new uploads
 /// (succeeding, counted and uncounted retrying, refused) on top of the backlog; every K-th
-/// cycle also adds an upload that kills its own process (`--crasher`). The store, the effects
+/// cycle also adds an upload that crashes its own process (`--crasher`, a trap), and every K-th
+/// of `--killer-every` one that gets it SIGKILLed (`--killer`, as iOS kills an app for memory
+/// or a hang). The store, the effects
 /// journal and the apps' standard error stay in DIR (default: a new temporary directory,
 /// deleted when every check passed). Exits 0 when every check passed, 1 otherwise.
 struct SoakCommand {
@@ -28,6 +30,7 @@ struct SoakCommand {
     var seed = UInt64.random(in: 1...UInt64.max)
     var directory: URL?
     var crasherEvery = 25
+    var killerEvery = 25
     var crashLoopLimit = PersistentOperationQueue.Configuration.defaultCrashLoopLimit
     var attemptMilliseconds = 30
 
@@ -65,7 +68,7 @@ struct SoakCommand {
         let effects = workDirectory.appendingPathComponent("effects.txt").path
         let errors = workDirectory.appendingPathComponent("app-stderr.txt").path
         _ = FileManager.default.createFile(atPath: errors, contents: nil)
-        print("crash soak: \(cycles) cycles, \(count) new uploads and \(albumsPerCycle) new albums per cycle, a crasher every \(crasherEvery) cycles, crash-loop limit \(crashLoopLimit), seed \(seed)")
+        print("crash soak: \(cycles) cycles, \(count) new uploads and \(albumsPerCycle) new albums per cycle, a crasher every \(crasherEvery) cycles, a killer every \(killerEvery) cycles, crash-loop limit \(crashLoopLimit), seed \(seed)")
         print("  directory: \(workDirectory.path)")
 
         var random = SeededGenerator(seed: seed)
@@ -73,21 +76,29 @@ struct SoakCommand {
         var temporaryFilesAfterKills = 0
         var problems: [String] = []
         var crasherLaunches = 0
+        var killerLaunches = 0
         // Crasher cycles whose app acknowledged the crasher: one that an earlier crasher crashed
         // first never adds it (the next cycle adds that index as an ordinary upload).
         var crashersAcknowledged = 0
+        var killersAcknowledged = 0
         for cycle in 0..<cycles {
             let addsCrasher = crasherEvery > 0 && cycle % crasherEvery == crasherEvery / 2
+            let addsKiller = !addsCrasher && killerEvery > 0 && cycle % killerEvery == killerEvery - 1
             if addsCrasher { crasherLaunches += 1 }
+            if addsKiller { killerLaunches += 1 }
             let randomPhase = Phase.allCases.randomElement(using: &random)!
-            // A crasher is added last: a crasher cycle waits for its acknowledgement, then
-            // kills during an attempt.
-            let phase = addsCrasher ? .attempt : randomPhase
+            // A poison is added last: its cycle waits for its acknowledgement, then kills
+            // during an attempt.
+            let addsPoison = addsCrasher || addsKiller
+            let phase = addsPoison ? .attempt : randomPhase
             let launchCount = (cycle + 1) * count
             let (end, sawPrerequisite) = try runCycle(
-                arguments: appArguments(store: store, effects: effects, count: launchCount, albums: (cycle + 1) * albumsPerCycle, crasher: addsCrasher),
+                arguments: appArguments(
+                    store: store, effects: effects, count: launchCount, albums: (cycle + 1) * albumsPerCycle,
+                    crasher: addsCrasher, killer: addsKiller
+                ),
                 effects: effects, errors: errors, phase: phase,
-                after: addsCrasher ? "ack \(launchCount) " : nil, random: &random
+                after: addsPoison ? "ack \(launchCount) " : nil, random: &random
             )
             if case .exited(let status) = end, status != 0 {
                 problems.append("cycle \(cycle): the app exited with status \(status) (see \(errors))")
@@ -96,17 +107,19 @@ struct SoakCommand {
                 problems.append("cycle \(cycle): the app crashed with signal \(signal)")
             }
             if addsCrasher && sawPrerequisite { crashersAcknowledged += 1 }
+            if addsKiller && sawPrerequisite { killersAcknowledged += 1 }
             ends.append(end)
             temporaryFilesAfterKills += temporaryFiles(in: store).count
         }
 
-        // Then let it finish: each pending crasher may still crash up to `crashLoopLimit` + 1 launches.
+        // Then let it finish: each pending poison may still end up to `crashLoopLimit` + 1 launches.
         let finalCount = cycles * count
         let finalAlbums = cycles * albumsPerCycle
         var finalLaunches = 0
         var finalCrashes = 0
+        var finalKills = 0
         var finished = false
-        while !finished && finalLaunches <= (crasherLaunches + 1) * (crashLoopLimit + 1) + 1 {
+        while !finished && finalLaunches <= (crasherLaunches + killerLaunches + 1) * (crashLoopLimit + 1) + 1 {
             finalLaunches += 1
             let app = try launch(appArguments(store: store, effects: effects, count: finalCount, albums: finalAlbums, crasher: false), errors: errors)
             guard waitForExit(app, timeout: 300) else {
@@ -118,7 +131,9 @@ struct SoakCommand {
                 if app.terminationStatus != 0 { problems.append("the final launch exited with status \(app.terminationStatus) (see \(errors))") }
             } else if Self.isCrashersTrap(app.terminationStatus) {
                 finalCrashes += 1
-            } else if app.terminationStatus != SIGKILL {
+            } else if app.terminationStatus == SIGKILL {
+                finalKills += 1   // a killer: nothing else kills the final launches
+            } else {
                 problems.append("a final launch crashed with signal \(app.terminationStatus)")
             }
         }
@@ -129,6 +144,9 @@ struct SoakCommand {
         problems += verifier.problems
         if verifier.tally.crashLoopedCrashers < crashersAcknowledged {
             problems.append("\(crashersAcknowledged) crashers were acknowledged, but only \(verifier.tally.crashLoopedCrashers) were caught by crash-loop protection")
+        }
+        if verifier.tally.crashLoopedKillers < killersAcknowledged {
+            problems.append("\(killersAcknowledged) killers were acknowledged, but only \(verifier.tally.crashLoopedKillers) were caught by crash-loop protection")
         }
 
         let duration = Date().timeIntervalSince(started)
@@ -147,11 +165,12 @@ struct SoakCommand {
         let phases = Phase.allCases.map { "\($0.rawValue) \(killsByPhase[$0.rawValue, default: 0])" }.joined(separator: ", ")
         let tally = verifier.tally
         print("""
-              cycles: \(cycles) (\(ends.count - diedByItself - exitedEarly) killed by the soak, \(diedByItself) crashed by a crasher, \(exitedEarly) finished before the kill)
+              cycles: \(cycles) (\(ends.count - diedByItself - exitedEarly) killed by the soak, \(diedByItself) ended by a poison (a crasher or a killer), \(exitedEarly) finished before the kill)
               kills by phase: \(phases) (\(late) of them after the aimed-at moment did not come within 2 s)
-              launches: \(cycles + finalLaunches) (\(finalLaunches) after the last cycle, \(finalCrashes) of them crashed by a crasher; \(tally.launches) got as far as restoring); a crasher to add in \(crasherLaunches) cycles, acknowledged in \(crashersAcknowledged) (an app crashed first by an earlier crasher adds none)
+              launches: \(cycles + finalLaunches) (\(finalLaunches) after the last cycle, \(finalCrashes) of them crashed by a crasher, \(finalKills) killed by a killer; \(tally.launches) got as far as restoring); a crasher to add in \(crasherLaunches) cycles, acknowledged in \(crashersAcknowledged); a killer to add in \(killerLaunches) cycles, acknowledged in \(killersAcknowledged) (an app a poison ended first adds none)
               acknowledged: \(tally.acknowledged), completed: \(tally.completed), failed for good (refused): \(tally.refused)
-              crash-loop protection moved aside: \(tally.crashLoopedCrashers) crashers (each after \(crashLoopLimit) crashes while it ran alone), \(tally.crashLoopedOthers) other uploads
+              crash-loop protection moved aside: \(tally.crashLoopedCrashers) crashers (each after \(crashLoopLimit) crashes while it ran alone), \(tally.crashLoopedKillers) killers (each after \(crashLoopLimit) kills in a row while it ran alone), \(tally.crashLoopedOthers) other uploads
+              launches that started each poison moved aside: crashers \(Self.describe(tally.launchesPerCrasher)), killers \(Self.describe(tally.launchesPerKiller))
               albums: \(finalAlbums) (\(tally.graphNodes) graph nodes): \(tally.graphNodesCompleted) completed, \(tally.graphNodesFailedWithPrerequisite) failed with a prerequisite, \(tally.graphNodesNotAdded) not added after a prerequisite failed
               dependents started before their prerequisites succeeded: \(tally.startsBeforePrerequisites); batches partly restored: \(tally.partlyRestoredBatches)
               lost: \(tally.lost), ran twice: \(tally.ranTwice) (each completed in a launch killed before its record was removed)
@@ -169,12 +188,19 @@ struct SoakCommand {
         return false
     }
 
-    private func appArguments(store: URL, effects: String, count: Int, albums: Int, crasher: Bool) -> [String] {
+    /// `[3, 4, 4] (min 3, max 4)`, or `none`.
+    static func describe(_ launches: [Int]) -> String {
+        guard let minimum = launches.min(), let maximum = launches.max() else { return "none" }
+        return "\(launches) (min \(minimum), max \(maximum))"
+    }
+
+    private func appArguments(store: URL, effects: String, count: Int, albums: Int, crasher: Bool, killer: Bool = false) -> [String] {
         var arguments = [
             "app", "--store", store.path, "--effects", effects, "--count", "\(count)", "--albums", "\(albums)",
             "--crash-loop-limit", "\(crashLoopLimit)", "--attempt-ms", "\(attemptMilliseconds)",
         ]
         if crasher { arguments.append("--crasher") }
+        if killer { arguments.append("--killer") }
         return arguments
     }
 
@@ -321,7 +347,7 @@ final class SoakJournalTail {
 }
 
 extension SoakCommand {
-    static let usage = "usage: crash-demo soak [--cycles N] [--count M] [--albums A] [--seed S] [--directory DIR] [--crasher-every K] [--crash-loop-limit L] [--attempt-ms MS]"
+    static let usage = "usage: crash-demo soak [--cycles N] [--count M] [--albums A] [--seed S] [--directory DIR] [--crasher-every K] [--killer-every K] [--crash-loop-limit L] [--attempt-ms MS]"
 
     /// Reads the options of `crash-demo soak`.
     init(arguments: [String]) {
@@ -339,6 +365,7 @@ extension SoakCommand {
         }
         if let directory = option("--directory", in: arguments) { self.directory = URL(fileURLWithPath: directory) }
         if let every = number("--crasher-every") { crasherEvery = every }
+        if let every = number("--killer-every") { killerEvery = every }
         if let limit = number("--crash-loop-limit") { crashLoopLimit = limit }
         if let milliseconds = number("--attempt-ms") { attemptMilliseconds = milliseconds }
     }

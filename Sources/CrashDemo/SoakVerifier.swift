@@ -4,7 +4,7 @@ import PersistentOperations
 
 /// Checks the at-least-once contract over the effects journal of a crash soak and the store
 /// it left, and counts what happened. The same rules as the child-process tests' verifier,
-/// widened for crash-looped uploads and crashers.
+/// widened for crash-looped uploads, crashers and killers.
 ///
 /// - Every upload 0..<count was acknowledged (or finished) by some launch.
 /// - Every acknowledged upload completed, or sits in the failed area: refused uploads with
@@ -28,7 +28,12 @@ struct SoakVerifier {
         var completed = 0
         var refused = 0
         var crashLoopedCrashers = 0
+        /// Killers (uploads that get the app SIGKILLed) moved aside by crash-loop protection.
+        var crashLoopedKillers = 0
         var crashLoopedOthers = 0
+        /// For each crasher, then each killer, moved aside: the launches that started an attempt of it.
+        var launchesPerCrasher: [Int] = []
+        var launchesPerKiller: [Int] = []
         var lost = 0
         var ranTwice = 0
         var quarantined = 0
@@ -74,9 +79,31 @@ struct SoakVerifier {
     }
 
     mutating func verify() {
+        countLaunchesPerPoison()
         checkOutcomes()
         checkOrder()
         checkStore()
+    }
+
+    /// The launches that started an attempt of each poison upload moved aside.
+    private mutating func countLaunchesPerPoison() {
+        var launch = 0
+        var launches: [Int: Set<Int>] = [:]
+        for event in events {
+            switch event {
+            case .launch: launch += 1
+            case .started(let index, _, _): launches[index, default: []].insert(launch)
+            default: break
+            }
+        }
+        for failure in failed.sorted(by: { $0.index < $1.index }) where failure.reason.contains("while its attempt ran alone") {
+            let count = launches[failure.index]?.count ?? 0
+            switch failure.behaviour {
+            case .crashesTheApp: tally.launchesPerCrasher.append(count)
+            case .killsTheApp: tally.launchesPerKiller.append(count)
+            default: break
+            }
+        }
     }
 
     private mutating func checkOutcomes() {
@@ -114,18 +141,18 @@ struct SoakVerifier {
         var lost: [Int] = []
         for index in acknowledged.sorted() {
             if let failure = failedByIndex[index] {
-                let crashLooped = failure.reason.contains("crashed the process")
+                let crashLooped = failure.reason.contains("while its attempt ran alone")
                 switch failure.behaviour {
                 case .refused:
                     if crashLooped { tally.crashLoopedOthers += 1 } else { tally.refused += 1 }
-                case .crashesTheApp:
-                    tally.crashLoopedCrashers += 1
+                case .crashesTheApp, .killsTheApp:
+                    if failure.behaviour == .killsTheApp { tally.crashLoopedKillers += 1 } else { tally.crashLoopedCrashers += 1 }
                     if !crashLooped { problems.append("crasher \(index) is in the failed area without the crash-loop reason: \(failure.reason)") }
                 case .succeeds, .flaky, .waitsForNetwork:
                     tally.crashLoopedOthers += 1
                     if !crashLooped { problems.append("upload \(index) (\(failure.behaviour)) failed for good: \(failure.reason)") }
                 }
-                if failure.behaviour == .refused || failure.behaviour == .crashesTheApp, done.contains(index) {
+                if failure.behaviour == .refused || failure.behaviour == .crashesTheApp || failure.behaviour == .killsTheApp, done.contains(index) {
                     problems.append("upload \(index) (\(failure.behaviour)) completed")
                 }
             } else if !done.contains(index) {
@@ -165,7 +192,7 @@ struct SoakVerifier {
                     tally.graphNodesCompleted += 1
                     // A completed node may crash-loop afterwards: killed before its record was
                     // removed, then in flight at the next kills.
-                    if let failure = failedByIndex[node.index], !failure.reason.contains("crashed the process") {
+                    if let failure = failedByIndex[node.index], !failure.reason.contains("while its attempt ran alone") {
                         problems.append("\(name) completed but sits in the failed area: \(failure.reason)")
                     }
                 } else if let failure = failedByIndex[node.index] {
@@ -175,7 +202,7 @@ struct SoakVerifier {
                             problems.append("\(name) failed naming prerequisite \(prerequisite), which is not one of its prerequisites in the failed area")
                             continue
                         }
-                    } else if failure.reason.contains("crashed the process") {
+                    } else if failure.reason.contains("while its attempt ran alone") {
                         tally.crashLoopedOthers += 1
                     } else if failure.behaviour == .refused {
                         tally.refused += 1

@@ -26,13 +26,16 @@ do {
     switch arguments.first {
     case "app":
         guard let store = option("--store"), let effects = option("--effects"), let count = option("--count").flatMap(Int.init) else {
-            fail("usage: crash-demo app --store DIR --effects FILE --count N [--albums A] [--crash-loop-limit K] [--crasher] [--attempt-ms MS]")
+            fail("usage: crash-demo app --store DIR --effects FILE --count N [--albums A] [--crash-loop-limit K] [--crasher | --killer] [--attempt-ms MS] [--max-concurrent W] [--inactive]")
         }
         var app = AppCommand(store: URL(fileURLWithPath: store), effects: effects, count: count)
         if let albums = option("--albums").flatMap(Int.init) { app.albums = albums }
         if let limit = option("--crash-loop-limit").flatMap(Int.init) { app.crashLoopLimit = limit }
         if let milliseconds = option("--attempt-ms").flatMap(Int.init) { app.attemptMilliseconds = milliseconds }
         app.addsCrasher = arguments.contains("--crasher")
+        app.addsKiller = arguments.contains("--killer")
+        if let width = option("--max-concurrent").flatMap(Int.init), width > 0 { app.maximumConcurrentAttempts = width }
+        app.isInactive = arguments.contains("--inactive")
         try app.run()
     case "hold":
         // Opens the store, says so, and keeps it open until killed (the two-process lock test).

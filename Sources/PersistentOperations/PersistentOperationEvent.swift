@@ -48,9 +48,10 @@ public enum PersistentOperationEvent: Sendable, Hashable {
     /// (or could not be read); a ``failed(_:reason:)`` or ``cancelled(_:)`` event for it follows.
     case abandoned(PersistentOperationID, prerequisite: PersistentOperationID)
     /// The operation's next attempt runs alone, with no other attempt in flight: it was in
-    /// flight when an earlier launch crashed (beside others, or alone `crashes` times), and a
-    /// crash during this attempt is attributed to it. A ``started(_:attempt:)`` event follows.
-    /// See ``PersistentOperationQueue/Configuration/crashLoopLimit``.
+    /// flight when an earlier launch crashed, or was killed while the app was active (beside
+    /// others, or alone `crashes` times: the crashes, or the kills in a row, on file), and a
+    /// crash during this attempt — or a kill while the app is active — is attributed to it. A
+    /// ``started(_:attempt:)`` event follows. See ``PersistentOperationQueue/Configuration/crashLoopLimit``.
     case runningAlone(PersistentOperationID, crashes: Int)
     /// A stored entry could not be used and was moved to the quarantine area.
     case quarantined(entryName: String, reason: String)

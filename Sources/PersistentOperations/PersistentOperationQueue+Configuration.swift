@@ -10,19 +10,25 @@ extension PersistentOperationQueue {
     ///                                          configuration: configuration)
     /// ```
     public struct Configuration: Sendable {
-        /// The default ``crashLoopLimit``: 3 crashes while the operation's attempt ran alone.
+        /// The default ``crashLoopLimit``: 3 crashes while the operation's attempt ran alone
+        /// (or 3 kills in a row while it ran alone and the app was active).
         public static let defaultCrashLoopLimit = 3
         /// The default ``maximumRecordSize``: 1 MiB, far above a typical payload (under 1 KiB)
         /// and small enough that restoring thousands of records stays fast.
         public static let defaultMaximumRecordSize = RecordFormat.defaultMaximumRecordSize
 
-        /// After how many crashes attributed to it an operation is moved to the failed area
-        /// instead of run again. Default: ``defaultCrashLoopLimit``. Must be at least 1.
+        /// After how many crashes attributed to it — or kills in a row — an operation is moved
+        /// to the failed area instead of run again. Default: ``defaultCrashLoopLimit``. Must be
+        /// at least 1.
         ///
         /// A crash is attributed to an operation only when its attempt was the only one in
         /// flight; after a crash with several in flight, each of them runs its next attempt
-        /// alone. A kill from outside (SIGKILL, as the OS ends apps) is attributed to nobody
-        /// while ``installsCrashSignalHandlers`` is on. See <doc:ResumingAfterACrash>.
+        /// alone. A kill (SIGKILL, which no handler sees: iOS kills an app that exhausts memory
+        /// or hangs this way) is attributed to an operation only when the app was active
+        /// (``PersistentOperationQueue/applicationState``) and its attempt ran alone; after a
+        /// kill while active with several in flight, each of them runs its next attempt alone
+        /// once the other due work is done, and the kills on file are cleared. A kill while the
+        /// app is not active is attributed to nobody. See <doc:ResumingAfterACrash>.
         public var crashLoopLimit: Int {
             didSet { precondition(crashLoopLimit >= 1, "crashLoopLimit must be at least 1") }
         }
@@ -49,8 +55,9 @@ extension PersistentOperationQueue {
         /// runtime's backtracer) or to the default action, so crashes end the process, and are
         /// reported, as before. A crash reporter installed later must pass signals on too (the
         /// common ones do), or crashes look like kills. With `false`, every death with an
-        /// attempt in flight may have been a crash: an operation alone in flight when the OS
-        /// kills the app counts it as a crash.
+        /// attempt in flight while the app is active may have been a crash: an operation alone
+        /// in flight when the OS kills the app counts it as a crash (a death while the app is
+        /// not active still counts against nobody).
         public var installsCrashSignalHandlers: Bool = true
 
         /// The file system the store goes through (fault injection in tests).

@@ -91,6 +91,10 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         /// Operations whose next attempt runs alone, in the order they run; while any remain,
         /// the first one is the only operation given a slot (see `+Isolation`).
         var isolation: [String] = []
+        /// Operations whose next attempt runs alone once no other work is due or in flight
+        /// (suspects of kills), in the order they run; each moves to `isolation` when its
+        /// turn comes (see `+Isolation`).
+        var isolationAfterOthers: [String] = []
         /// Whether each registered run condition held when its provider last reported; a name
         /// without a provider is absent, and does not hold (see `+Conditions`).
         var conditionStates: [String: Bool] = [:]
@@ -147,6 +151,11 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     let graphLock = NSLock()
     /// How the last launch that used this store ended (see `RecordStore+CrashEvidence`).
     let previousLaunchEnding: PreviousLaunchEnding
+    /// Whether the app was active when the last launch ended, as far as it said.
+    let previousLaunchWasActive: Bool
+    /// What the app last said of its state, and the observation of its lifecycle
+    /// notifications (see `+ApplicationState`).
+    let lifecycle = Locked(LifecycleState())
     /// This launch's registration with the crash-signal witness.
     let witness: WitnessRegistration?
 
@@ -191,10 +200,13 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         self.timer = DueTimer(base: configuration.scheduler)
         let launch = try store.beginLaunch(witness: configuration.installsCrashSignalHandlers)
         self.previousLaunchEnding = launch.ending
+        self.previousLaunchWasActive = launch.wasActive
         self.witness = launch.descriptor.map { WitnessRegistration(descriptor: $0, store: store) }
+        observeApplicationLifecycle(in: NotificationCenter.default, notifications: Self.applicationLifecycleNotifications)
     }
 
     deinit {
+        stopObservingApplicationLifecycle()
         witness?.end()
         for registered in conditionProviders.withLock({ Array($0.values) }) {
             registered.observation.cancel()
@@ -497,6 +509,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         // The run conditions stop calling a queue that no longer starts anything.
         let observations = conditionProviders.withLock { providers in providers.values.map(\.observation) }
         for observation in observations { observation.cancel() }
+        stopObservingApplicationLifecycle()
         witness?.end()
         store.close()
         hub.flush()

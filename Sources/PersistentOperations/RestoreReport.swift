@@ -25,8 +25,10 @@ public struct RestoreReport: Sendable, Hashable {
     public var restored: [PersistentOperationID] = []
     /// Operations that crashed the process as many times as the configured
     /// ``PersistentOperationQueue/Configuration/crashLoopLimit``, each time while their attempt
-    /// was the only one in flight; they were moved to the failed area instead of run again.
-    /// The failed record's reason says how many crashes were attributed to it.
+    /// was the only one in flight — or whose attempts got the process killed that many
+    /// launches in a row while they ran alone and the app was active (as iOS kills an app that
+    /// exhausts memory or hangs); they were moved to the failed area instead of run again.
+    /// The failed record's reason says how many crashes or kills were attributed to it.
     public var movedToFailedAfterCrashes: [PersistentOperationID] = []
     /// Records whose expiration date (``EnqueueOptions/expirationDate``) passed before they
     /// could start: moved to the failed area, reason "expired"; their dependents fail with them.
@@ -59,13 +61,26 @@ public struct RestoreReport: Sendable, Hashable {
     /// registered, or a newer library wrote it): kept on disk untouched, like it.
     public var heldForUnavailablePrerequisites: [PersistentOperationID] = []
 
-    /// Operations whose next attempt runs alone, in the order they run, before anything else
-    /// is started: they were in flight when the last launch crashed beside other attempts, or
-    /// crashes are on file for them. A crash during such an attempt is attributed to that
-    /// operation; see ``PersistentOperationEvent/runningAlone(_:crashes:)``.
+    /// Operations whose next attempt runs alone, in the order they run: first those that were
+    /// in flight when the last launch crashed beside other attempts, or that have crashes on
+    /// file, before anything else is started; then those that were in flight when a launch was
+    /// killed while the app was active, or that have such kills on file, each once nothing else
+    /// is due or in flight. A crash during such an attempt — or a kill while the app is active —
+    /// is attributed to that operation; see ``PersistentOperationEvent/runningAlone(_:crashes:)``.
     public var runAlone: [PersistentOperationID] = []
     /// How the last launch that used the store ended, as far as its attempts in flight go.
     public var previousLaunchEnding: LaunchEnding = .noAttemptsInFlight
+    /// What the app last said of its state before the last launch ended
+    /// (``PersistentOperationQueue/applicationState``): a kill while it was
+    /// ``PersistentOperationQueue/ApplicationState/inactive`` counts against no operation.
+    ///
+    /// ```swift
+    /// let report = try queue.restore()
+    /// if report.previousLaunchEnding == .killed, report.previousLaunchApplicationState == .inactive {
+    ///     print("killed in the background: nothing is blamed")
+    /// }
+    /// ```
+    public var previousLaunchApplicationState: PersistentOperationQueue.ApplicationState = .active
 
     /// How a launch ended, as far as its attempts in flight go.
     public enum LaunchEnding: Sendable, Hashable {
@@ -74,8 +89,10 @@ public struct RestoreReport: Sendable, Hashable {
         /// It crashed with attempts in flight: the queue's crash-signal handler saw `signal`
         /// (see ``PersistentOperationQueue/Configuration/installsCrashSignalHandlers``).
         case crashed(signal: Int32)
-        /// It was killed from outside with attempts in flight (SIGKILL, as the OS ends apps;
-        /// or it exited): the crash-signal handler saw no crash. Attributed to nobody.
+        /// It was killed with attempts in flight (SIGKILL, as the OS ends apps; or it exited):
+        /// the crash-signal handler saw no crash. Attributed to the operation running alone if
+        /// the app was active (see ``RestoreReport/previousLaunchApplicationState``), otherwise
+        /// to nobody.
         case killed
         /// It ended with attempts in flight and had no crash-signal handler: a crash or a kill.
         case unwitnessed

@@ -84,8 +84,22 @@ public struct StoredOperationRecord: Sendable, Hashable {
     /// attempt that ended. At ``PersistentOperationQueue/Configuration/crashLoopLimit`` it is
     /// moved to the failed area, with the count in ``failureReason``.
     public var crashes: Int = 0
-    /// Whether its next attempt runs alone, before other work: it was in flight when a
-    /// launch crashed (see ``RestoreReport/runAlone``).
+    /// Kills of the process attributed to this pending operation by crash-loop protection:
+    /// launches killed in a row while its attempt ran alone and the app was active
+    /// (``PersistentOperationQueue/applicationState``), since its last attempt that ended. At
+    /// ``PersistentOperationQueue/Configuration/crashLoopLimit`` it is moved to the failed
+    /// area, with the count in ``failureReason``.
+    ///
+    /// ```swift
+    /// let store = try ReadOnlyPersistentStore(directory: storeURL)
+    /// for record in try store.pendingRecords().records where record.kills > 0 {
+    ///     print(record.id, "was running alone when the app was killed \(record.kills) times in a row")
+    /// }
+    /// ```
+    public var kills: Int = 0
+    /// Whether its next attempt runs alone: it was in flight when a launch crashed (then it
+    /// runs before other work), or was killed while the app was active (then it runs once no
+    /// other work is due; see ``RestoreReport/runAlone``).
     public var runsAlone: Bool = false
     /// The error of the last failed attempt, as text.
     public var lastErrorDescription: String?
@@ -172,6 +186,7 @@ extension StoredOperationRecord {
         completedPeriods = record.completedPeriods
         if let evidence {
             crashes = evidence.crashes
+            kills = evidence.kills
             runsAlone = evidence.runsAlone
         }
     }

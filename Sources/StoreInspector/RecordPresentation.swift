@@ -140,6 +140,7 @@ enum RecordPresentation {
             ("nextAttemptAt", json(record.nextAttemptAt)),
             ("attemptsInFlight", .integer(Int64(record.attemptsInFlight))),
             ("crashes", .integer(Int64(record.crashes))),
+            ("kills", .integer(Int64(record.kills))),
             ("runsAlone", .bool(record.runsAlone)),
             ("prerequisites", ids(record.prerequisites)),
             ("dependents", ids(record.dependents)),

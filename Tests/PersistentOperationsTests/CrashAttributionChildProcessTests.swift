@@ -54,7 +54,7 @@ struct CrashAttributionChildProcessTests {
             // ordinary upload completed or was refused, none was lost
             let reasons = try failedReasons(directory)
             #expect(reasons[poison]?.contains("crashed the process 3 times while its attempt ran alone") == true)
-            let movedAside = reasons.filter { $0.key != poison && $0.value.contains("crashed the process") }
+            let movedAside = reasons.filter { $0.key != poison && $0.value.contains("while its attempt ran alone") }
             #expect(movedAside.isEmpty, "store \(store): moved aside \(movedAside)")
             let refused = Set((0..<count).filter { $0 % 6 == 5 })
             #expect(Set(reasons.keys) == refused.union([poison]), "store \(store): failed \(reasons.keys.sorted())")
@@ -64,6 +64,111 @@ struct CrashAttributionChildProcessTests {
             #expect(try directory.names(in: "pending").isEmpty)
         }
         print("poison among 20, 10 stores: crashed launches per store \(crashedLaunchesPerStore), 0 ordinary uploads moved aside")
+    }
+
+    /// Relaunches the app with a poison upload (`--killer`: it gets the app SIGKILLed on every
+    /// attempt) among `count` ordinary ones on a `width`-slot queue, on `stores` fresh stores,
+    /// until a launch finishes; checks that only the poison is moved aside and returns, per
+    /// store, the launches that started an attempt of it.
+    func poisonThatGetsTheAppKilledIsCaught(count: Int, width: Int, stores: Int) async throws -> [Int] {
+        let poison = count
+        var launchesPerStore: [Int] = []
+        for store in 0..<stores {
+            let directory = try TemporaryDirectory()
+            let effects = directory.url.appendingPathComponent("effects.txt").path
+            let arguments = [
+                "app", "--store", directory.store.path, "--effects", effects, "--count", "\(count)",
+                "--max-concurrent", "\(width)", "--killer",
+            ]
+            let statuses = try await onDedicatedThread { () -> [Int32?] in
+                var statuses: [Int32?] = []
+                while statuses.last != .some(0), statuses.count < 12 {
+                    let app = try ChildApp.launch(arguments)
+                    try ChildApp.waitForExit(app, timeout: 60)
+                    statuses.append(app.terminationReason == .exit ? app.terminationStatus : -app.terminationStatus)
+                }
+                return statuses
+            }
+            // Then the store drains, every launch before the last killed (SIGKILL: no witness)
+            #expect(statuses.last == .some(0), "store \(store): launches ended \(statuses)")
+            #expect(statuses.dropLast().allSatisfy { $0 == -SIGKILL }, "store \(store): launches ended \(statuses)")
+            // And the poison was moved aside after 3 kills in a row while it ran alone, within
+            // 4 launches that started it; no ordinary upload was, and none was lost
+            let journal = try EffectsJournal(path: effects)
+            var launch = 0
+            var launchesWithPoison = Set<Int>()
+            for line in journal.lines {
+                if line.first == "launch" { launch += 1 }
+                if line.first == "start", line.count > 1, Int(line[1]) == poison { launchesWithPoison.insert(launch) }
+            }
+            launchesPerStore.append(launchesWithPoison.count)
+            #expect(launchesWithPoison.count <= 4, "store \(store): \(launchesWithPoison.count) launches started the poison")
+            let reasons = try failedReasons(directory)
+            #expect(reasons[poison]?.contains("killed 3 times in a row while its attempt ran alone and the app was active") == true)
+            let movedAside = reasons.filter { $0.key != poison && $0.value.contains("while its attempt ran alone") }
+            #expect(movedAside.isEmpty, "store \(store): moved aside \(movedAside)")
+            let refused = Set((0..<count).filter { $0 % 6 == 5 })
+            #expect(Set(reasons.keys) == refused.union([poison]), "store \(store): failed \(reasons.keys.sorted())")
+            #expect(Set(journal.indices("done")) == Set(0..<count).subtracting(refused))
+            // And the ordinary uploads' interrupted attempts spent no retry: each counted at
+            // most the two retries its own failures asked for
+            for case let line in journal.lines where line.first == "start" && line.count > 3 {
+                guard let index = Int(line[1]), index != poison, let retries = Int(line[3].dropFirst("retries=".count)) else { continue }
+                #expect(retries <= 2, "store \(store): upload \(index) started with \(retries) retries")
+            }
+            #expect(try directory.names(in: "pending").isEmpty)
+        }
+        return launchesPerStore
+    }
+
+    @Test func aPoisonThatGetsTheAppKilledAmongTwentyOnAFourSlotQueueIsCaughtEveryTime() async throws {
+        // Given, five times over on a fresh store, 20 ordinary uploads on a 4-slot queue and one
+        // that gets the app SIGKILLed on every attempt, the app active throughout
+        // When it is relaunched until a launch finishes
+        let launches = try await poisonThatGetsTheAppKilledIsCaught(count: 20, width: 4, stores: 5)
+        // Then (checked per store) it is caught, and no ordinary upload is moved aside
+        print("killed poison among 20 on 4 slots, 5 stores: launches that started it per store \(launches), 0 of 100 ordinary uploads moved aside")
+    }
+
+    @Test func aPoisonThatGetsTheAppKilledOnASerialQueueIsCaught() async throws {
+        // Given, three times over, 6 ordinary uploads and a killing one on a serial queue
+        // When it is relaunched until a launch finishes
+        let launches = try await poisonThatGetsTheAppKilledIsCaught(count: 6, width: 1, stores: 3)
+        // Then (checked per store) it is caught, and no ordinary upload is moved aside
+        print("killed poison among 6 on 1 slot, 3 stores: launches that started it per store \(launches)")
+    }
+
+    @Test func killsWhileTheAppIsInactiveAreNeverCounted() async throws {
+        // Given an app that says it is not active, with 8 ordinary uploads and one that gets it
+        // SIGKILLed on every attempt
+        let directory = try TemporaryDirectory()
+        let effects = directory.url.appendingPathComponent("effects.txt").path
+        let count = 8
+        let arguments = ["app", "--store", directory.store.path, "--effects", effects, "--count", "\(count)", "--killer", "--inactive"]
+        // When it is launched 6 times
+        let statuses = try await onDedicatedThread { () -> [Int32?] in
+            var statuses: [Int32?] = []
+            for _ in 0..<6 {
+                let app = try ChildApp.launch(arguments)
+                try ChildApp.waitForExit(app, timeout: 60)
+                statuses.append(app.terminationReason == .exit ? app.terminationStatus : -app.terminationStatus)
+            }
+            return statuses
+        }
+        // Then each launch is killed, and none of its kills counts against anything: nothing
+        // is moved aside (the killer stays pending, never isolated), the ordinary uploads progress
+        #expect(statuses == Array(repeating: -SIGKILL, count: 6))
+        let reasons = try failedReasons(directory)
+        #expect(reasons.filter { $0.value.contains("while its attempt ran alone") }.isEmpty)
+        let refused = Set((0..<count).filter { $0 % 6 == 5 })
+        #expect(Set(reasons.keys).isSubset(of: refused))
+        let journal = try EffectsJournal(path: effects)
+        #expect(!journal.indices("done").isEmpty)
+        let store = try RecordStore(directory: directory.store, access: .readOnly)
+        let pending = try store.loadPending().records
+        let killer = try #require(try pending.first { try RecordFormat.decodePayload(DemoUploadJob.self, from: $0.payload).index == count })
+        #expect(store.suspects()[killer.id].map { !$0.runsAlone && $0.kills == 0 } ?? true)
+        #expect(journal.lines.filter { $0.first == "launch" }.dropFirst().allSatisfy { $0.contains("previous=inactive") })
     }
 
     @Test func killsFromOutsideAtRandomMomentsMoveNothingAside() async throws {
@@ -86,40 +191,37 @@ struct CrashAttributionChildProcessTests {
         // exactly the uploads their server refused, and every other upload completed
         let reasons = try failedReasons(directory)
         let refused = Set((0..<count).filter { $0 % 6 == 5 })
-        #expect(reasons.filter { $0.value.contains("crashed the process") }.isEmpty)
+        #expect(reasons.filter { $0.value.contains("while its attempt ran alone") }.isEmpty)
         #expect(Set(reasons.keys) == refused)
         let journal = try EffectsJournal(path: effects)
         #expect(Set(journal.indices("done")) == Set(0..<count).subtracting(refused))
         // And the kills did find attempts in flight (the test exercised what it claims)
-        let interrupted = try Self.launchesThatRestoredAnAttemptInFlight(journal)
-        #expect(interrupted >= kills / 2, "only \(interrupted) launches restored an attempt that was in flight")
+        let interrupted = try Self.killedLaunchesWithAnAttemptInFlight(journal)
+        #expect(interrupted >= kills / 2, "only \(interrupted) kills interrupted an attempt")
         print("kills from outside: \(kills) SIGKILLs, \(interrupted) of them with attempts in flight, 0 uploads moved aside")
     }
 
-    /// Launches after which an upload started an attempt numbered higher than the attempts
-    /// that ended before: each such launch found an attempt interrupted by the previous kill.
-    static func launchesThatRestoredAnAttemptInFlight(_ journal: EffectsJournal) throws -> Int {
+    /// Launches that ended (a later launch followed: they were killed) with an attempt started
+    /// and not ended in the journal: each such kill interrupted an attempt. Counted in the
+    /// killed launch itself, so it does not matter when the interrupted attempt runs again (the
+    /// operations in flight at a kill run alone only once the other work is done).
+    static func killedLaunchesWithAnAttemptInFlight(_ journal: EffectsJournal) throws -> Int {
         var interrupted = 0
-        var lastStartLaunch: [Int: Int] = [:]
-        var endedSinceStart = Set<Int>()
-        var launch = 0
-        var counted = Set<Int>()
+        var inFlight = Set<Int>()
+        var hasLaunched = false
         for line in journal.lines {
             guard let word = line.first else { continue }
             switch word {
             case "launch":
-                launch += 1
+                if hasLaunched, !inFlight.isEmpty { interrupted += 1 }
+                hasLaunched = true
+                inFlight = []
             case "start":
                 guard line.count > 1, let index = Int(line[1]) else { continue }
-                if let earlier = lastStartLaunch[index], earlier < launch, !endedSinceStart.contains(index), !counted.contains(launch) {
-                    counted.insert(launch)
-                    interrupted += 1
-                }
-                lastStartLaunch[index] = launch
-                endedSinceStart.remove(index)
+                inFlight.insert(index)
             case "done", "retry", "fail":
                 guard line.count > 1, let index = Int(line[1]) else { continue }
-                endedSinceStart.insert(index)
+                inFlight.remove(index)
             default:
                 continue
             }

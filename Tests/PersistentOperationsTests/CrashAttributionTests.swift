@@ -150,23 +150,193 @@ struct CrashAttributionTests {
         #expect(try launch.pendingRecords().isEmpty)
     }
 
-    @Test func killsFromOutsideBlameNobodyEvenAnOperationAloneInFlight() async throws {
-        // Given an operation alone in flight, its launches killed (no crash signal) five times
+    @Test func killsWhileTheAppIsInactiveBlameNobodyEvenAnOperationAloneInFlight() async throws {
+        // Given an operation alone in flight, its launches killed (no crash signal) five times,
+        // each after the app said it was no longer active (as iOS kills background apps)
         var launch = try QueueFixture()
         let id = try launch.queue.addOperation(launch.upload("h", [.hang, .hang, .hang, .hang, .hang, .succeed]), options: EnqueueOptions()).id
         for kill in 1...5 {
             try await waitUntil { !(launch.lines.count < kill) }
+            launch.queue.applicationState = .inactive
             launch = try relaunch(launch, crashSignal: nil)
             let report = try launch.queue.restore()
             // Then each launch restores it, not isolated, and nothing is moved aside
             #expect(report.previousLaunchEnding == .killed)
+            #expect(report.previousLaunchApplicationState == .inactive)
             #expect(report.restored == [id])
             #expect(report.runAlone.isEmpty)
             #expect(report.movedToFailedAfterCrashes.isEmpty)
         }
         await launch.queue.allOperationsFinished()
+        // And the interrupted attempts spent none of its retries
         #expect(launch.lines.last == "h#6 retry=true retries=0")
         #expect(try launch.failedRecords().isEmpty)
+    }
+
+    @Test func anOperationWhoseAttemptsGetTheAppKilledWhileActiveIsMovedAsideAndNoOtherIs() async throws {
+        // Given a poison operation whose attempts get the app killed (here: never end before
+        // the simulated SIGKILL, no crash signal), in flight with three ordinary ones, and two
+        // more ordinary ones waiting, on a 4-slot queue
+        var launch = try QueueFixture(maxConcurrent: 4)
+        var names: [PersistentOperationID: String] = [:]
+        for name in ["a", "poison", "b", "c", "d", "e"] {
+            let steps: [UploadStep] = name == "poison" ? Array(repeating: .hang, count: 6) : ["d", "e"].contains(name) ? [.succeed] : [.hang, .succeed]
+            names[try launch.queue.addOperation(launch.upload(name, steps), options: EnqueueOptions()).id] = name
+        }
+        try await waitUntil { !(launch.lines.count < 4) }
+        // When every launch is killed, the app active, once the poison's attempt runs
+        var reports: [RestoreReport] = []
+        var kills = 0
+        while kills <= 5 {
+            launch = try relaunch(launch, crashSignal: nil)
+            kills += 1
+            let report = try launch.queue.restore()
+            reports.append(report)
+            guard report.movedToFailedAfterCrashes.isEmpty else { break }
+            try await waitUntil { !(launch.lines.filter({ $0.hasPrefix("poison#") }).count < kills + 1) }
+        }
+        await launch.queue.allOperationsFinished()
+        // Then it is moved aside after 3 kills while it ran alone (4 killed launches started
+        // it): the operations in flight beside it at the first kill ran alone after the others,
+        // the poison last once a kill was on file
+        #expect(kills == 4)
+        #expect(reports.map(\.previousLaunchEnding) == [.killed, .killed, .killed, .killed])
+        #expect(reports.map { $0.runAlone.map { names[$0] ?? "?" } } == [
+            ["a", "poison", "b", "c"], ["b", "c", "poison"], ["poison"], [],
+        ])
+        #expect(reports.last?.movedToFailedAfterCrashes.map { names[$0] } == ["poison"])
+        let failed = try launch.queue.failedOperations()
+        #expect(failed.map { names[$0.id] } == ["poison"])
+        #expect(failed.first?.reason == "the process was killed 3 times in a row while its attempt ran alone and the app was active (crash-loop limit 3)")
+        // And every other operation completed, its interrupted attempt spending no retry
+        let others = launch.lines.filter { !$0.hasPrefix("poison") }
+        #expect(Set(others) == [
+            "a#1 retry=false retries=0", "b#1 retry=false retries=0", "c#1 retry=false retries=0",
+            "a#2 retry=true retries=0", "b#2 retry=true retries=0", "c#2 retry=true retries=0",
+            "d#1 retry=false retries=0", "e#1 retry=false retries=0",
+        ])
+        #expect(try launch.pendingRecords().isEmpty)
+    }
+
+    @Test func afterAKillWhileActiveTheOperationsInFlightRunAloneOnceTheOtherWorkIsDone() async throws {
+        // Given two operations in flight on a 2-slot queue and two more waiting when the app,
+        // active, is killed
+        let first = try QueueFixture(maxConcurrent: 2)
+        var names: [PersistentOperationID: String] = [:]
+        for name in ["a", "b"] {
+            names[try first.queue.addOperation(first.upload(name, [.hang, .succeed]), options: EnqueueOptions()).id] = name
+        }
+        for name in ["c", "d"] {
+            names[try first.queue.addOperation(first.upload(name), options: EnqueueOptions()).id] = name
+        }
+        try await waitUntil { !(first.lines.count < 2) }
+        // When the next launch restores
+        let second = try relaunch(first, maxConcurrent: 2, crashSignal: nil)
+        let report = try second.queue.restore()
+        await second.queue.allOperationsFinished()
+        // Then the two that were in flight run alone, one at a time, after the two others
+        #expect(report.previousLaunchEnding == .killed)
+        #expect(report.runAlone.map { names[$0] } == ["a", "b"])
+        let events = timeline(second, names: names)
+        let alone = try #require(events.firstIndex(of: "alone a crashes=0"))
+        #expect(Set(events[..<alone]) == ["start c", "done c", "start d", "done d"])
+        #expect(Array(events[alone...]) == ["alone a crashes=0", "start a", "done a", "alone b crashes=0", "start b", "done b"])
+        #expect(try second.failedRecords().isEmpty)
+    }
+
+    @Test func killsCountOnlyInARowWhileTheAppIsActive() throws {
+        // Given a store with a record that has two kills on file and a third running alone,
+        // and a fourth record with no evidence
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        func add(_ sequence: UInt64) throws -> String {
+            let record = OperationRecord(typeIdentifier: "t", payload: try RecordFormat.encodePayload(["k": sequence]), enqueueSequence: sequence)
+            try store.add(record)
+            return record.id
+        }
+        let waiting = try add(1)
+        let alone = try add(2)
+        let beside = try add(3)
+        _ = try store.beginLaunch(witness: true)
+        try store.setAttemptsInFlight(2, kills: 2, forRecord: waiting)
+        _ = try store.beginLaunch(witness: true)   // killed with `waiting` in flight, not alone
+        #expect(store.suspects()[waiting] == CrashSuspect(interruptedAttempts: 2, crashes: 0, runsAlone: true, kills: 0, runsAloneAfterOthers: true))
+
+        // When a launch is killed, active, while one operation runs alone
+        try Data("2 0 2 2".utf8).write(to: URL(fileURLWithPath: directory.path("attempts", "\(waiting).suspect")))
+        try store.setAttemptsInFlight(2, kills: 1, runsAlone: true, forRecord: alone)
+        var launch = try store.beginLaunch(witness: true)
+        // Then that is its kill, and the other's kills stay
+        #expect(launch.ending == .killed)
+        #expect(launch.wasActive)
+        #expect(store.suspects()[alone] == CrashSuspect(interruptedAttempts: 2, crashes: 0, runsAlone: true, kills: 2, runsAloneAfterOthers: true))
+        #expect(store.suspects()[waiting]?.kills == 2)
+        // And a read-only view (as store-inspector shows it) reports the kills on file
+        let view = try ReadOnlyPersistentStore(directory: directory.store).pendingRecords().records
+        let viewed = try #require(view.first { $0.id.rawValue == alone })
+        #expect(viewed.kills == 2 && viewed.runsAlone)
+
+        // When a launch is killed while the app is not active, with one running alone
+        try store.setAttemptsInFlight(3, kills: 2, runsAlone: true, forRecord: alone)
+        store.clearSuspect(forRecord: alone)
+        store.noteApplicationState(isActive: false)
+        launch = try store.beginLaunch(witness: true)
+        // Then nothing counts
+        #expect(!launch.wasActive)
+        #expect(store.suspects()[alone] == CrashSuspect(interruptedAttempts: 3, crashes: 0, runsAlone: true, kills: 2, runsAloneAfterOthers: true))
+        #expect(store.suspects()[waiting]?.kills == 2)
+        #expect(!FileManager.default.fileExists(atPath: directory.path("attempts", "lifecycle")))
+
+        // When a launch is killed, active, with another operation in flight
+        try store.setAttemptsInFlight(1, forRecord: beside)
+        launch = try store.beginLaunch(witness: true)
+        // Then something else kills the app too: every kill on file is cleared
+        #expect(launch.ending == .killed)
+        #expect(store.suspects()[beside] == CrashSuspect(interruptedAttempts: 1, crashes: 0, runsAlone: true, kills: 0, runsAloneAfterOthers: true))
+        #expect(store.suspects()[alone]?.kills == 0)
+        #expect(store.suspects()[waiting]?.kills == 0)
+        store.close()
+    }
+
+    @Test func withoutAWitnessADeathWhileTheAppIsInactiveIsNotACrash() throws {
+        // Given a store without a witness whose launch died, inactive, with one attempt in flight
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let record = OperationRecord(typeIdentifier: "t", payload: try RecordFormat.encodePayload(["k": 1]), enqueueSequence: 1)
+        try store.add(record)
+        _ = try store.beginLaunch(witness: false)
+        try store.setAttemptsInFlight(1, forRecord: record.id)
+        store.noteApplicationState(isActive: false)
+        // When the store is opened again
+        let launch = try store.beginLaunch(witness: false)
+        // Then the death counts as no crash and no kill
+        #expect(launch.ending == .unwitnessed)
+        #expect(store.suspects() == [record.id: CrashSuspect(interruptedAttempts: 1, crashes: 0, runsAlone: false)])
+        store.close()
+    }
+
+    @Test func theQueueFollowsTheLifecycleNotificationsItIsGiven() async throws {
+        // Given a queue following two lifecycle notifications of a private center
+        let fixture = try QueueFixture()
+        let center = NotificationCenter()
+        let resign = Notification.Name("TestWillResignActive")
+        let become = Notification.Name("TestDidBecomeActive")
+        fixture.queue.observeApplicationLifecycle(in: center, notifications: [(resign, .inactive), (become, .active)])
+        let lifecycleFile = fixture.directory.path("attempts", "lifecycle")
+        #expect(fixture.queue.applicationState == .active)
+        // When the app resigns active
+        center.post(name: resign, object: nil)
+        // Then the queue is inactive, and says so in the launch evidence
+        #expect(fixture.queue.applicationState == .inactive)
+        #expect(try String(contentsOfFile: lifecycleFile, encoding: .utf8) == "inactive\n")
+        // When it becomes active again, the evidence says so
+        center.post(name: become, object: nil)
+        #expect(fixture.queue.applicationState == .active)
+        #expect(!FileManager.default.fileExists(atPath: lifecycleFile))
+        // And once closed, the queue no longer follows them
+        fixture.queue.close()
+        center.post(name: resign, object: nil)
+        #expect(fixture.queue.applicationState == .active)
     }
 
     @Test func withoutTheCrashSignalHandlersEveryDeathMayBeACrash() async throws {

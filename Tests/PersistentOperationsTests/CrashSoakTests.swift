@@ -41,7 +41,7 @@ struct CrashSoakTests {
         for record in failed {
             let index = try RecordFormat.decodePayload(DemoUploadJob.self, from: record.payload).index
             failedIndices.append(index)
-            if record.failureReason?.contains("crashed the process") == true { crashLooped.insert(index) }
+            if record.failureReason?.contains("while its attempt ran alone") == true { crashLooped.insert(index) }
         }
         let count = Self.cycles * Self.uploadsPerCycle
         let summary = try ChildProcessTests.verify(journal, count: count, failedIndices: failedIndices, crashLooped: crashLooped)

@@ -108,7 +108,7 @@ struct OperationGraphCrashTests {
             indexByID[record.id] = index
         }
         func isCrashLooped(_ index: Int) -> Bool {
-            allowsCrashLoops && failedByIndex[index]?.failureReason?.contains("crashed the process") == true
+            allowsCrashLoops && failedByIndex[index]?.failureReason?.contains("while its attempt ran alone") == true
         }
         var completed = 0, refused = 0, failedWithPrerequisite = 0, notAdded = 0, crashLooped = 0
         for album in 0..<albums {

@@ -7,7 +7,7 @@ import Foundation
 extension PersistentOperationQueue {
     /// Counts the attempt in its marker (for crash-loop protection) and reports it.
     func attemptWillStart(_ id: String, attempt: Int?) {
-        struct Start { var inFlight: Int, attempt: Int, crashes: Int, runsAlone: Bool, hadSuspectFile: Bool }
+        struct Start { var inFlight: Int, attempt: Int, crashes: Int, kills: Int, runsAlone: Bool, hadSuspectFile: Bool }
         let start = state.withLock { state -> Start? in
             guard var entry = state.entries[id] else { return nil }
             defer { state.entries[id] = entry }
@@ -15,21 +15,21 @@ extension PersistentOperationQueue {
             entry.record.numberOfAttempts = attempt ?? entry.record.numberOfAttempts + 1
             defer { entry.hasSuspectFile = false }
             return Start(
-                inFlight: entry.attemptsInFlight, attempt: entry.record.numberOfAttempts, crashes: entry.crashes,
+                inFlight: entry.attemptsInFlight, attempt: entry.record.numberOfAttempts, crashes: entry.crashes, kills: entry.kills,
                 // The first isolated operation holds the only slot until this attempt ends.
                 runsAlone: state.isolation.first == id, hadSuspectFile: entry.hasSuspectFile
             )
         }
         guard let start else { return }
         do {
-            try store.setAttemptsInFlight(start.inFlight, crashes: start.crashes, forRecord: id)
+            try store.setAttemptsInFlight(start.inFlight, crashes: start.crashes, kills: start.kills, runsAlone: start.runsAlone, forRecord: id)
         } catch {
             reportStoreError(id, "could not record the start of an attempt: \(error)")
         }
         // The marker now carries what the suspect file said.
         if start.hadSuspectFile { store.clearSuspect(forRecord: id) }
         let operationID = PersistentOperationID(record: id)
-        if start.runsAlone { hub.emit(.runningAlone(operationID, crashes: start.crashes)) }
+        if start.runsAlone { hub.emit(.runningAlone(operationID, crashes: start.crashes + start.kills)) }
         hub.emit(.started(operationID, attempt: start.attempt))
     }
 
@@ -47,8 +47,9 @@ extension PersistentOperationQueue {
                 entry.record.lastErrorDescription = description
             }
             entry.attemptsInFlight = 0
-            // The attempt ended without crashing the process: no crash on file any more.
+            // The attempt ended without crashing the process: no crash or kill on file any more.
             entry.crashes = 0
+            entry.kills = 0
             var slot: AttemptSlot?
             if case .running(let running) = entry.phase { slot = running }
             entry.phase = .waitingToRetry

@@ -60,6 +60,8 @@ extension PersistentOperationQueue {
         var attemptsInFlight: Int
         /// Crashes attributed to this operation (see `+Isolation`).
         var crashes = 0
+        /// Kills while the app was active attributed to this operation, in a row (see `+Isolation`).
+        var kills = 0
         /// A suspect file an earlier launch left for it exists, until its next attempt starts.
         var hasSuspectFile = false
         /// Cancelled (or replaced) and about to finish: it no longer holds its unique key.

@@ -150,6 +150,7 @@ extension PersistentOperationQueue {
             detached.wasIsolatedNext = state.isolation.first == id
             endIsolation(of: id, in: &state)
         }
+        endIsolationAfterOthers(of: id, in: &state)
         switch entry.phase {
         case .queued(let queued): detached.slot = queued
         case .running(let running): detached.slot = running

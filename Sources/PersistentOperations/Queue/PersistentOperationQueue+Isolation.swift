@@ -23,11 +23,18 @@ import Foundation
 // the queue while its head cannot run. So a launch after a crash runs at most as many
 // attempts one at a time as were in flight at the crashes not yet explained, then everything
 // else, and it never stalls, whatever records and evidence a crash or a power cut left.
+//
+// Suspects of kills (in flight when the app was killed while active) wait in
+// `State.isolationAfterOthers` instead, fewest kills on file first: due, they are held in
+// `State.ready` until nothing else is ready or in flight, then the first of them that is due
+// moves to `State.isolation` and runs alone. Ordinary work is not held back by them, and a kill
+// from outside at a random moment of a launch rarely finds one of them alone — nor the same
+// one launch after launch, while a poison is killed whenever its turn comes.
 
 extension PersistentOperationQueue {
     /// Under the lock: whether `id` may be given a slot now, as far as isolation goes.
     func isolationAllows(_ id: String, in state: State) -> Bool {
-        guard let head = state.isolation.first else { return true }
+        guard let head = state.isolation.first else { return !state.isolationAfterOthers.contains(id) }
         return id == head && state.slotsInQueue == 0
     }
 
@@ -66,13 +73,33 @@ extension PersistentOperationQueue {
             }
         }
         var slots: [AttemptSlot] = []
+        var heldBack: [ReadySlot] = []
         while state.slotsInQueue < window, let next = state.ready.popFirst() {
             // Skip what was cancelled or forgotten while it waited.
             guard var entry = state.entries[next.id], case .ready = entry.phase else { continue }
+            if !state.isolationAfterOthers.isEmpty, state.isolationAfterOthers.contains(next.id) {
+                heldBack.append(next)   // its turn comes once nothing else is due
+                continue
+            }
             if let slot = queueOrHold(&entry, in: &state, window: window) { slots.append(slot) }
             state.entries[next.id] = entry
         }
+        for next in heldBack { state.ready.insert(next) }
+        if state.slotsInQueue == 0, !heldBack.isEmpty, let turn = nextRunningAloneAfterOthers(in: state) {
+            // Nothing else is due or in flight: the first suspect of kills that is due runs alone.
+            state.isolationAfterOthers.removeAll { $0 == turn }
+            state.isolation.append(turn)
+            return fillSlots(in: &state, window: window)
+        }
         return slots
+    }
+
+    /// Under the lock: the first operation of `isolationAfterOthers` that is due (waits in `ready`).
+    private func nextRunningAloneAfterOthers(in state: State) -> String? {
+        state.isolationAfterOthers.first { id in
+            if case .ready? = state.entries[id]?.phase { return true }
+            return false
+        }
     }
 
     /// Gives room to what waits, after the isolated operation at the head of the list left it.
@@ -99,6 +126,13 @@ extension PersistentOperationQueue {
             state.isolation.removeFirst()
         } else if let index = state.isolation.firstIndex(of: id) {
             state.isolation.remove(at: index)
+        }
+    }
+
+    /// Under the lock: a suspect of kills is forgotten before its turn came.
+    func endIsolationAfterOthers(of id: String, in state: inout State) {
+        if let index = state.isolationAfterOthers.firstIndex(of: id) {
+            state.isolationAfterOthers.remove(at: index)
         }
     }
 }

@@ -89,6 +89,7 @@ extension PersistentOperationQueue {
             entry.hasStarted = true
             entry.attemptsInFlight = 0
             entry.crashes = 0
+            entry.kills = 0
             entry.hasSuspectFile = false
             entry.pendingAdmission = nil
             entry.parkedUnder = nil

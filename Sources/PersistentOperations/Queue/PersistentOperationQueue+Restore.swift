@@ -18,11 +18,13 @@ extension PersistentOperationQueue {
     ///   not decode, are moved to the quarantine area (``RestoreReport/quarantined``);
     /// - records of unregistered types are left on disk untouched (``RestoreReport/unknownTypes``);
     /// - an operation that crashed the process ``Configuration/crashLoopLimit`` times while
-    ///   its attempt was the only one in flight is moved to the failed area
-    ///   (``RestoreReport/movedToFailedAfterCrashes``); the operations that were in flight
-    ///   beside others when the last launch crashed run their next attempts alone, one at a
-    ///   time, before anything else (``RestoreReport/runAlone``). A kill from outside counts
-    ///   against nobody. See <doc:ResumingAfterACrash>.
+    ///   its attempt was the only one in flight — or got it killed that many launches in a
+    ///   row while it ran alone and the app was active (``applicationState``) — is moved to the
+    ///   failed area (``RestoreReport/movedToFailedAfterCrashes``); the operations that were in
+    ///   flight beside others when the last launch crashed run their next attempts alone, one
+    ///   at a time, before anything else, and those in flight when it was killed while active
+    ///   run alone once the other due work is done (``RestoreReport/runAlone``). A kill while
+    ///   the app was not active counts against nobody. See <doc:ResumingAfterACrash>.
     ///
     /// Records already tracked (added in this run, or restored before) are skipped, so a
     /// second call restores nothing twice.
@@ -71,7 +73,7 @@ extension PersistentOperationQueue {
         // Markers of records this launch does not track were left by an earlier launch whose
         // evidence could not be turned into suspect files at open (a full disk): suspects too.
         for (id, marker) in markersLeft where !tracked.contains(id) && suspects[id] == nil {
-            suspects[id] = CrashSuspect(interruptedAttempts: marker.attempts, crashes: marker.crashes, runsAlone: true)
+            suspects[id] = CrashSuspect(interruptedAttempts: marker.attempts, crashes: marker.crashes, runsAlone: true, kills: marker.kills)
         }
 
         // Records are taken one at a time as they are read, and only what scheduling needs
@@ -167,12 +169,20 @@ extension PersistentOperationQueue {
         report.restored = restored.map { PersistentOperationID(record: $0.id) }
         report.unknownConditions = unknownConditions(of: restored.filter { !$0.conditions.isEmpty }.map { ($0.id, $0.conditions) })
         report.previousLaunchEnding = RestoreReport.LaunchEnding(previousLaunchEnding)
-        // Those that must run alone: crashes on file first, so that a poison operation is
-        // tried again before the others; then in run order (`restored` is sorted).
-        let isolated = restored.filter(\.runsAlone).enumerated()
+        report.previousLaunchApplicationState = previousLaunchWasActive ? .active : .inactive
+        // Those that must run alone before other work: crashes on file first, so that a poison
+        // operation is tried again before the others; then in run order (`restored` is sorted).
+        // Then the suspects of kills, which run alone once nothing else is due: fewest kills on
+        // file first, then in run order. An operation just blamed for a kill runs after the
+        // others, so that kills from outside, which land on whatever runs, spread over them
+        // rather than fall on it again; a poison is killed whenever its turn comes.
+        let isolated = restored.filter { $0.runsAlone && !$0.runsAloneAfterOthers }.enumerated()
             .sorted { ($0.element.crashes, -$0.offset) > ($1.element.crashes, -$1.offset) }
             .map(\.element.id)
-        report.runAlone = isolated.map { PersistentOperationID(record: $0) }
+        let isolatedAfterOthers = restored.filter { $0.runsAlone && $0.runsAloneAfterOthers }.enumerated()
+            .sorted { ($0.element.kills, $0.offset) < ($1.element.kills, $1.offset) }
+            .map(\.element.id)
+        report.runAlone = (isolated + isolatedAfterOthers).map { PersistentOperationID(record: $0) }
         // Reported before any of them is scheduled, so each `restored` event comes before
         // the operation's first `started`.
         hub.emit(contentsOf: restored.map { .restored(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) })
@@ -180,10 +190,16 @@ extension PersistentOperationQueue {
         // Every restored entry exists before any is linked, so prerequisites among them are found.
         let ended = state.withLock { state in
             state.isolation += isolated
+            state.isolationAfterOthers += isolatedAfterOthers
             return restored.map { link($0.id, to: $0.prerequisites, in: &state) }
         }
         state.withLock { $0.hasRestored = true }
-        for (record, ended) in zip(restored, ended) {
+        // The suspects of kills are scheduled last, in the order they run alone: due at once,
+        // they wait for the others, and the first one due runs once nothing else is.
+        var scheduling = zip(restored, ended).filter { !$0.0.runsAloneAfterOthers }
+        let afterOthers = Dictionary(uniqueKeysWithValues: zip(restored, ended).filter { $0.0.runsAloneAfterOthers }.map { ($0.0.id, $0) })
+        scheduling += isolatedAfterOthers.compactMap { afterOthers[$0] }
+        for (record, ended) in scheduling {
             scheduleLinked(record.id, due: record.due, ended: ended)
             if let expiresAt = record.expiresAt { armExpiry(of: record.id, at: expiresAt) }
         }
@@ -199,7 +215,10 @@ extension PersistentOperationQueue {
         var due: Date?
         var prerequisites: [String]
         var crashes = 0
+        var kills = 0
         var runsAlone = false
+        /// Runs alone once nothing else is due (a suspect of kills), not before other work.
+        var runsAloneAfterOthers = false
         var expiresAt: Date?
         var conditions: [String] = []
     }
@@ -224,6 +243,11 @@ extension PersistentOperationQueue {
             failRestored(record, suspect: suspect, reason: reason, what: "a crash-looping record", listedIn: \.movedToFailedAfterCrashes, report: &report)
             return
         }
+        if let suspect, suspect.kills >= configuration.crashLoopLimit {
+            let reason = "the process was killed \(suspect.kills) times in a row while its attempt ran alone and the app was active (crash-loop limit \(configuration.crashLoopLimit))"
+            failRestored(record, suspect: suspect, reason: reason, what: "a record whose attempts get the process killed", listedIn: \.movedToFailedAfterCrashes, report: &report)
+            return
+        }
         if let expiresAt = record.expiresAt, expiresAt <= now {
             // Expired while the app was not running: it fails, and its dependents with it
             // (`settlePrerequisites` finds it in the failed area).
@@ -235,7 +259,8 @@ extension PersistentOperationQueue {
         trackRestored(record, suspect: suspect)
         restored.append(RestoredRecord(
             id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate,
-            prerequisites: record.prerequisites, crashes: suspect?.crashes ?? 0, runsAlone: suspect?.runsAlone ?? false,
+            prerequisites: record.prerequisites, crashes: suspect?.crashes ?? 0, kills: suspect?.kills ?? 0,
+            runsAlone: suspect?.runsAlone ?? false, runsAloneAfterOthers: suspect?.runsAloneAfterOthers ?? false,
             expiresAt: record.expiresAt, conditions: record.conditions
         ))
     }

@@ -58,8 +58,14 @@ extension PersistentOperationQueue {
         let slot = queueOrHold(&entry, in: &state, window: window)
         state.entries[id] = entry
         if let slot { return [slot] }
-        guard wasIsolationHead || !state.isolation.isEmpty else { return [] }
-        return fillSlots(in: &state, window: window)
+        if wasIsolationHead || !state.isolation.isEmpty {
+            return fillSlots(in: &state, window: window)
+        }
+        if case .ready = entry.phase, state.slotsInQueue == 0, state.isolationAfterOthers.contains(id) {
+            // A suspect of kills became due with nothing else in flight: its turn may be now.
+            return fillSlots(in: &state, window: window)
+        }
+        return []
     }
 
     /// A slot left the `OperationQueue`: give its room to the next ready operations.

@@ -42,6 +42,7 @@ extension PersistentOperationQueue {
         var entry = Entry(record: record, operation: nil, attemptsInFlight: interrupted)
         if let suspect {
             entry.crashes = suspect.crashes
+            entry.kills = suspect.kills
             entry.hasSuspectFile = true
         }
         state.withLock { state in

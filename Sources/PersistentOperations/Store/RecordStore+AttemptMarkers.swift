@@ -8,7 +8,7 @@ import Darwin
 
 // Crash-loop protection needs to know, at the next launch, how many attempts of a record
 // started and never ended. An attempt marker `attempts/<id>.attempt` holds that count as
-// decimal text (`<attempts> <crashes>`, see `+CrashEvidence`); any other marker (a hard link to
+// decimal text (`<attempts> <crashes> <kills> <alone>`, see `+CrashEvidence`); any other marker (a hard link to
 // the record, or an empty file) means one attempt and no crash. Markers are renamed into place
 // but not synced: they only have to survive a process crash (the case crash-loop protection is about), and losing one to a power cut
 // merely forgets how many crashes an operation caused. The record itself is never rewritten
@@ -17,9 +17,10 @@ import Darwin
 extension RecordStore {
     static let attemptMarkerExtension = "attempt"
 
-    /// Records that `count` attempts of record `id` have started without ending, and that
-    /// `crashes` crashes are attributed to it (see `+CrashEvidence`).
-    package func setAttemptsInFlight(_ count: Int, crashes: Int = 0, forRecord id: String) throws {
+    /// Records that `count` attempts of record `id` have started without ending, that
+    /// `crashes` crashes and `kills` kills are attributed to it, and whether this attempt runs
+    /// alone (see `+CrashEvidence`).
+    package func setAttemptsInFlight(_ count: Int, crashes: Int = 0, kills: Int = 0, runsAlone: Bool = false, forRecord id: String) throws {
         let change = try beginChange()
         defer { change.end() }
         let path = attemptMarkerPath(id)
@@ -28,10 +29,11 @@ extension RecordStore {
             return
         }
         do {
-            if count == 1 && crashes == 0 {
+            if count == 1 && crashes == 0 && kills == 0 && !runsAlone {
                 try markOneAttempt(forRecord: id, at: path)
             } else {
-                try file.replaceContents(of: path, with: Data("\(count) \(crashes)".utf8), synchronizes: false)
+                let text = "\(count) \(crashes) \(kills) \(runsAlone ? 1 : 0)"
+                try file.replaceContents(of: path, with: Data(text.utf8), synchronizes: false)
             }
         } catch {
             try checkAreaExists(.attempts)

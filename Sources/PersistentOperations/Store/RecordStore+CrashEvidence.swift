@@ -7,28 +7,42 @@ import Darwin
 #endif
 
 // Crash evidence: what a launch that died leaves for the next one to tell which operation, if
-// any, crashed it.
+// any, killed it.
 //
 //   attempts/<id>.attempt   an attempt of <id> started in this launch and has not ended: a hard
-//                           link to the record (the first attempt, no crash on file: the common
-//                           case costs one link), or the text `<attempts> <crashes>`
-//   attempts/<id>.suspect   left by a launch that died: `<attempts> <crashes> <alone>` — the
-//                           attempts that started and never ended, the crashes attributed to
-//                           <id>, and whether its next attempt must run alone
+//                           link to the record (the first attempt, nothing on file: the common
+//                           case costs one link), or the text `<attempts> <crashes> <kills> <alone>`
+//                           (`alone` 1: it is the operation running alone, nothing else in flight)
+//   attempts/<id>.suspect   left by a launch that died: `<attempts> <crashes> <alone> <kills>` —
+//                           the attempts that started and never ended, the crashes attributed to
+//                           <id>, whether its next attempt must run alone (1: before other work,
+//                           2: once no other work is due), and the kills attributed to it
 //   attempts/launch         `witness on` or `witness off`, then `crashed <signal>` appended by
 //                           the crash-signal witness if the launch crashed, then `evaluated`
 //                           once the next launch has turned the markers into suspects
+//   attempts/lifecycle      `inactive` while the app said it was not active (absent: active)
 //
 // At open, `beginLaunch` reads the markers the last launch left: the attempts that were in
 // flight when it died. It was a crash if the witness saw a crash signal; a kill (SIGKILL, as
-// the OS kills apps) if the witness was on and saw none; either, if there was no witness. A
-// death that may have been a crash, with exactly one attempt in flight, is that operation's
-// crash; with several in flight, each of them must next run alone, with nothing else in
-// flight, so that a crash singles one out. A kill blames nobody. The markers become suspect
-// files (each written whole, by rename), the launch file is marked `evaluated` (a second open
-// after a crash between these steps does not count the same death twice), the markers are
-// removed, and a new launch file starts. None of these files is synced: they have to survive
-// a process crash, which the page cache does; a power cut merely forgets some evidence.
+// the OS kills apps) if the witness was on and saw none; either, if there was no witness.
+//
+// - A death that may have been a crash, with exactly one attempt in flight, is that operation's
+//   crash; with several in flight, each of them must next run alone, before other work, so
+//   that a crash singles one out.
+// - A kill while the app was not active (iOS kills suspended and background apps routinely;
+//   the user's swipe-away comes after the app resigned active), or a death without a witness
+//   while it was not active, counts against nobody and changes nothing.
+// - A kill while the app was active, with one attempt in flight that ran alone, is that
+//   operation's kill: as iOS kills an app that exhausts memory or hangs. With any other attempts
+//   in flight, each of them must next run alone — after the other due work, so that a kill from
+//   outside at a random moment rarely finds one alone — and kills count only in a row: any other
+//   kill while active (one that found something else in flight) clears every kill on file.
+//
+// The markers become suspect files (each written whole, by rename), the launch file is marked
+// `evaluated` (a second open after a crash between these steps does not count the same death
+// twice), the markers and the lifecycle file are removed, and a new launch file starts. None of
+// these files is synced: they have to survive a process crash, which the page cache does; a
+// power cut merely forgets some evidence.
 
 /// What a launch that died left about one record whose attempts never ended.
 package struct CrashSuspect: Sendable, Equatable {
@@ -36,13 +50,37 @@ package struct CrashSuspect: Sendable, Equatable {
     package var interruptedAttempts: Int
     /// Launches that crashed while an attempt of this record was the only one in flight.
     package var crashes: Int
-    /// Whether its next attempt must run alone (it was in flight at a crash beside others, or
-    /// crashes were attributed to it).
+    /// Whether its next attempt must run alone (it was in flight at a crash or a kill while
+    /// the app was active beside others, or crashes or kills were attributed to it).
     package var runsAlone: Bool
+    /// Launches killed in a row, while the app was active, during its attempt running alone.
+    package var kills: Int
+    /// Whether it runs alone only once no other work is due (a suspect of kills), rather than
+    /// before other work (a suspect of crashes).
+    package var runsAloneAfterOthers: Bool
 
-    package init(interruptedAttempts: Int, crashes: Int, runsAlone: Bool) {
+    package init(interruptedAttempts: Int, crashes: Int, runsAlone: Bool, kills: Int = 0, runsAloneAfterOthers: Bool = false) {
         self.interruptedAttempts = interruptedAttempts
         self.crashes = crashes
+        self.runsAlone = runsAlone
+        self.kills = kills
+        self.runsAloneAfterOthers = runsAlone && runsAloneAfterOthers
+    }
+}
+
+/// What an attempt marker says: the attempts of a record started and not ended, the crashes
+/// and kills carried over, and whether the attempt runs alone.
+package struct AttemptMarker: Sendable, Equatable {
+    package var attempts: Int
+    package var crashes: Int
+    package var kills: Int
+    /// The attempt is the operation running alone: nothing else is in flight until it ends.
+    package var runsAlone: Bool
+
+    package init(attempts: Int, crashes: Int = 0, kills: Int = 0, runsAlone: Bool = false) {
+        self.attempts = attempts
+        self.crashes = crashes
+        self.kills = kills
         self.runsAlone = runsAlone
     }
 }
@@ -62,18 +100,23 @@ package enum PreviousLaunchEnding: Sendable, Equatable {
 extension RecordStore {
     static let suspectExtension = "suspect"
     static let launchFileName = "launch"
+    static let lifecycleFileName = "lifecycle"
+    static let inactiveLine = "inactive"
 
     /// Turns the attempt markers the last launch left into suspects (see the file comment) and
     /// starts this launch's launch file. With `witness`, returns a descriptor of that file open
-    /// for appending, for ``CrashSignalWitness``; the caller closes it.
+    /// for appending, for ``CrashSignalWitness``; the caller closes it. `wasActive`: whether the
+    /// app was active when the last launch ended, as it said (``PersistentOperationQueue/ApplicationState``).
     ///
     /// - Throws: ``PersistenceError`` only when the store is closed; a file that cannot be
     ///   written (a full disk) leaves the evidence as it is, for `restore()` to read cautiously.
-    package func beginLaunch(witness: Bool) throws -> (ending: PreviousLaunchEnding, descriptor: Int32?) {
+    package func beginLaunch(witness: Bool) throws -> (ending: PreviousLaunchEnding, wasActive: Bool, descriptor: Int32?) {
         let change = try beginChange()
         defer { change.end() }
         let launchPath = layout.path(ofEntry: Self.launchFileName, in: .attempts)
+        let lifecyclePath = layout.path(ofEntry: Self.lifecycleFileName, in: .attempts)
         let lines = launchFileLines(at: launchPath)
+        let wasActive = launchFileLines(at: lifecyclePath)?.last != Self.inactiveLine
         let markers = attemptMarkers()
         var ending = PreviousLaunchEnding.noAttemptsInFlight
         if !markers.isEmpty {
@@ -87,23 +130,14 @@ extension RecordStore {
         }
         do {
             if !markers.isEmpty, lines?.contains("evaluated") != true {
-                let mayBeCrash = ending != .killed
-                for (id, marker) in markers {
-                    var suspect = CrashSuspect(interruptedAttempts: marker.attempts, crashes: marker.crashes, runsAlone: marker.crashes > 0)
-                    if mayBeCrash {
-                        // No launch file at all: a power cut lost it (it is not synced), and a
-                        // power cut is not a crash. Its attempts run alone; no crash is counted.
-                        if markers.count == 1, lines != nil { suspect.crashes += 1 }
-                        suspect.runsAlone = true
-                    }
-                    try writeSuspect(suspect, forRecord: id)
-                }
+                try evaluate(markers, ending: ending, wasActive: wasActive, launchFileExists: lines != nil)
                 let evaluated = (lines ?? []) + ["evaluated"]
                 try writeLaunchFile(evaluated, at: launchPath)
             }
             for id in markers.keys {
                 try? configuration.fileSystem.unlink(attemptMarkerPath(id))
             }
+            try? configuration.fileSystem.unlink(lifecyclePath)
             try writeLaunchFile([witness ? "witness on" : "witness off"], at: launchPath)
         } catch {
             // A full disk, say: the store still opens. Without a launch file the next launch
@@ -111,11 +145,47 @@ extension RecordStore {
             // a power cut), and `restore()` reads the markers left here as suspects that run
             // alone: cautious, and nothing is lost.
             try? configuration.fileSystem.unlink(launchPath)
-            return (ending, nil)
+            return (ending, wasActive, nil)
         }
-        guard witness else { return (ending, nil) }
+        guard witness else { return (ending, wasActive, nil) }
         let descriptor = try? configuration.fileSystem.open(launchPath, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
-        return (ending, descriptor)
+        return (ending, wasActive, descriptor)
+    }
+
+    /// Writes the suspect files the last launch's `markers` make, given how it ended.
+    /// `launchFileExists`: `false` when the launch file is gone — a power cut lost it (it is
+    /// not synced), and a power cut is not a crash: no crash is counted then.
+    private func evaluate(_ markers: [String: AttemptMarker], ending: PreviousLaunchEnding, wasActive: Bool, launchFileExists: Bool) throws {
+        // Without a witness, a death while the app was not active is taken for a kill: iOS
+        // kills suspended apps routinely, and a crash cannot be told from that.
+        let mayBeCrash = ending != .killed && (wasActive || ending != .unwitnessed)
+        let isKillWhileActive = wasActive && ending == .killed
+        let killedOneAlone = isKillWhileActive && markers.count == 1 && markers.first?.value.runsAlone == true
+        if isKillWhileActive && !killedOneAlone {
+            // Something else kills the app too: kills count only in a row.
+            for (id, suspect) in suspects() where suspect.kills > 0 && markers[id] == nil {
+                var cleared = suspect
+                cleared.kills = 0
+                try writeSuspect(cleared, forRecord: id)
+            }
+        }
+        for (id, marker) in markers {
+            var suspect = CrashSuspect(
+                interruptedAttempts: marker.attempts, crashes: marker.crashes,
+                runsAlone: marker.crashes > 0 || marker.kills > 0 || marker.runsAlone, kills: marker.kills,
+                runsAloneAfterOthers: marker.crashes == 0
+            )
+            if mayBeCrash {
+                if markers.count == 1, launchFileExists { suspect.crashes += 1 }
+                suspect.runsAlone = true
+                suspect.runsAloneAfterOthers = false
+            } else if isKillWhileActive {
+                suspect.kills = killedOneAlone ? marker.kills + 1 : 0
+                suspect.runsAlone = true
+                suspect.runsAloneAfterOthers = suspect.crashes == 0
+            }
+            try writeSuspect(suspect, forRecord: id)
+        }
     }
 
     /// Notes in the launch file that this launch has no witness after all (see
@@ -134,8 +204,12 @@ extension RecordStore {
             var suspect = CrashSuspect(interruptedAttempts: 1, crashes: 0, runsAlone: true)
             if case .contents(let data)? = try? file.read(path, maximumSize: 64) {
                 let fields = String(decoding: data, as: UTF8.self).split(separator: " ").compactMap { Int($0) }
-                if fields.count == 3, fields[0] >= 0, fields[1] >= 0 {
-                    suspect = CrashSuspect(interruptedAttempts: fields[0], crashes: fields[1], runsAlone: fields[2] != 0)
+                // Three fields: written before kills were counted.
+                if fields.count == 3 || fields.count == 4, fields.allSatisfy({ $0 >= 0 }) {
+                    suspect = CrashSuspect(
+                        interruptedAttempts: fields[0], crashes: fields[1], runsAlone: fields[2] != 0,
+                        kills: fields.count == 4 ? fields[3] : 0, runsAloneAfterOthers: fields[2] == 2
+                    )
                 }
             }
             suspects[id] = suspect
@@ -150,7 +224,7 @@ extension RecordStore {
     package func attemptEvidence() -> [String: CrashSuspect] {
         var evidence = suspects()
         for (id, marker) in attemptMarkers() {
-            evidence[id] = CrashSuspect(interruptedAttempts: marker.attempts, crashes: marker.crashes, runsAlone: false)
+            evidence[id] = CrashSuspect(interruptedAttempts: marker.attempts, crashes: marker.crashes, runsAlone: false, kills: marker.kills)
         }
         return evidence
     }
@@ -162,21 +236,38 @@ extension RecordStore {
         try? configuration.fileSystem.unlink(suspectPath(id))
     }
 
-    /// The attempt markers: attempts started and crashes carried, by record identifier.
-    /// Markers without a count (links to the record, empty or unreadable files) count as one
-    /// attempt and no crash; a lone number (an earlier version's marker) as that many attempts.
-    func attemptMarkers() -> [String: (attempts: Int, crashes: Int)] {
-        var markers: [String: (attempts: Int, crashes: Int)] = [:]
+    /// The attempt markers: attempts started, crashes and kills carried, and whether the
+    /// attempt runs alone, by record identifier. Markers without a count (links to the record,
+    /// empty or unreadable files) count as one attempt and nothing else; a lone number or two
+    /// (an earlier version's marker) as that many attempts and crashes.
+    func attemptMarkers() -> [String: AttemptMarker] {
+        var markers: [String: AttemptMarker] = [:]
         for (id, path) in attemptEntries(withExtension: Self.attemptMarkerExtension) {
-            var marker = (attempts: 1, crashes: 0)
-            if case .contents(let data)? = try? file.read(path, maximumSize: 32) {
+            var marker = AttemptMarker(attempts: 1)
+            if case .contents(let data)? = try? file.read(path, maximumSize: 48) {
                 let fields = String(decoding: data, as: UTF8.self).split(separator: " ").compactMap { Int($0) }
                 if let attempts = fields.first, attempts > 0 { marker.attempts = attempts }
                 if fields.count > 1, fields[1] > 0 { marker.crashes = fields[1] }
+                if fields.count > 2, fields[2] > 0 { marker.kills = fields[2] }
+                if fields.count > 3 { marker.runsAlone = fields[3] == 1 }
             }
             markers[id] = marker
         }
         return markers
+    }
+
+    /// Notes whether the app is active (see ``PersistentOperationQueue/ApplicationState``), for
+    /// the next launch to tell a kill while active (evidence against an operation running alone)
+    /// from one while not (evidence against nobody). Best effort, not synced, like the markers.
+    package func noteApplicationState(isActive: Bool) {
+        guard let change = try? beginChange() else { return }
+        defer { change.end() }
+        let path = layout.path(ofEntry: Self.lifecycleFileName, in: .attempts)
+        if isActive {
+            try? configuration.fileSystem.unlink(path)
+        } else {
+            try? file.replaceContents(of: path, with: Data((Self.inactiveLine + "\n").utf8), synchronizes: false)
+        }
     }
 
     private func attemptEntries(withExtension fileExtension: String) -> [(id: String, path: String)] {
@@ -191,7 +282,8 @@ extension RecordStore {
     }
 
     private func writeSuspect(_ suspect: CrashSuspect, forRecord id: String) throws {
-        let text = "\(suspect.interruptedAttempts) \(suspect.crashes) \(suspect.runsAlone ? 1 : 0)"
+        let alone = suspect.runsAlone ? (suspect.runsAloneAfterOthers ? 2 : 1) : 0
+        let text = "\(suspect.interruptedAttempts) \(suspect.crashes) \(alone) \(suspect.kills)"
         let path = suspectPath(id)
         do {
             try file.replaceContents(of: path, with: Data(text.utf8), synchronizes: false)
