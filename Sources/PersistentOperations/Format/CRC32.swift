@@ -22,6 +22,21 @@ package enum CRC32 {
         return update(0xFFFF_FFFF, with: bytes) ^ 0xFFFF_FFFF
     }
 
+    /// The checksum of bytes that follow bytes whose checksum is `previous`: the checksum of
+    /// both runs of bytes one after the other, as zlib's `crc32(previous, bytes)`.
+    ///
+    /// ```swift
+    /// let whole = CRC32.checksum(of: Array("123456789".utf8))
+    /// CRC32.checksum(of: Array("6789".utf8), continuing: CRC32.checksum(of: Array("12345".utf8))) == whole // true
+    /// ```
+    package static func checksum<Bytes: Sequence>(of bytes: Bytes, continuing previous: UInt32) -> UInt32 where Bytes.Element == UInt8 {
+        let initial = previous ^ 0xFFFF_FFFF
+        if let crc = bytes.withContiguousStorageIfAvailable({ update(initial, with: $0) }) {
+            return crc ^ 0xFFFF_FFFF
+        }
+        return update(initial, with: bytes) ^ 0xFFFF_FFFF
+    }
+
     private static func update<Bytes: Sequence>(_ initial: UInt32, with bytes: Bytes) -> UInt32 where Bytes.Element == UInt8 {
         var crc = initial
         table.withUnsafeBufferPointer { table in
