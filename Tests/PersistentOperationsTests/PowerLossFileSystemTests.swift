@@ -145,6 +145,23 @@ struct PowerLossFileSystemTests {
         }
     }
 
+    @Test func aSplitRenameBetweenDirectoriesCanLeaveTheFileInBothOrNeither() throws {
+        // Given a file system that splits renames between directories, and a durable file moved
+        let disk = PowerLossFileSystem(splitsRenamesBetweenDirectories: true)
+        let fileSystem = disk.fileSystem
+        for directory in ["/d", "/e"] { try fileSystem.makeDirectory(directory, 0o700) }
+        try fileSystem.synchronizeDirectory("/")
+        try fileSystem.close(try fileSystem.open("/d/r", O_CREAT | O_WRONLY, 0o600))
+        try fileSystem.synchronizeDirectory("/d")
+        try fileSystem.rename("/d/r", "/e/r")
+        // When the power is cut, Then every combination of the two halves occurs
+        let combinations = Set((0..<200 as Range<UInt64>).map { disk.cut(seed: $0).snapshot() }.map { [$0["/d/r"] != nil, $0["/e/r"] != nil] })
+        #expect(combinations == [[false, false], [false, true], [true, false], [true, true]])
+        // And syncing the destination keeps the arrival only
+        try fileSystem.synchronizeDirectory("/e")
+        #expect(Set((0..<50 as Range<UInt64>).map { disk.cut(seed: $0).snapshot()["/e/r"] != nil }) == [true])
+    }
+
     @Test func theSameSeedGivesTheSameCut() throws {
         // Given pending changes of every kind
         let descriptor = try durableEmptyFile()

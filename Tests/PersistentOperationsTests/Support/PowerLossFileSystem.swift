@@ -51,8 +51,15 @@ final class PowerLossFileSystem: Sendable {
     private let model: Locked<Model>
 
     /// An empty file system holding only `/`, durable.
-    init() {
-        model = Locked(Model())
+    ///
+    /// - Parameter splitsRenamesBetweenDirectories: when `true`, a rename between directories
+    ///   is two changes, an arrival in the destination and a removal from the source, each
+    ///   kept or lost on its own and made durable by its own directory's sync: weaker than
+    ///   journaling file systems, for exploring what a store would do there. Default: `false`.
+    init(splitsRenamesBetweenDirectories: Bool = false) {
+        var model = Model()
+        model.splitsRenames = splitsRenamesBetweenDirectories
+        self.model = Locked(model)
     }
 
     private init(model: Model) {
@@ -200,6 +207,8 @@ extension PowerLossFileSystem {
         var callCount = 0
         var armedCuts: [Int: [UInt64]] = [:]
         var takenCuts: [(call: Int, model: Model)] = []
+        /// See ``PowerLossFileSystem/init(splitsRenamesBetweenDirectories:)``.
+        var splitsRenames = false
 
         // MARK: Paths
 
@@ -372,6 +381,9 @@ extension PowerLossFileSystem {
             }
             if from.directory == to.directory {
                 record([from.directory: [(from.name, nil), (to.name, id)]])
+            } else if splitsRenames {
+                record([to.directory: [(to.name, id)]])
+                record([from.directory: [(from.name, nil)]])
             } else {
                 record([from.directory: [(from.name, nil)], to.directory: [(to.name, id)]])
             }
@@ -430,6 +442,7 @@ extension PowerLossFileSystem {
             var random = SeededGenerator(seed: seed)
             var result = Model()
             result.nextNode = nextNode
+            result.splitsRenames = splitsRenames
             for id in nodes.keys.sorted() {
                 var node = nodes[id]!
                 var data = node.durableData
