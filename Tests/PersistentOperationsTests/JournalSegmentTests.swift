@@ -241,6 +241,16 @@ struct JournalSegmentTests {
         #expect(scan.corruptRegions.first?.reason == "unknown frame kind 238")
     }
 
+    @Test func crcEightBytesAtATimeEqualsOneByteAtATime() {
+        // Contiguous bytes take the eight-at-a-time path, a plain sequence the byte path.
+        var random = SeededGenerator(seed: 32)
+        for length in 0..<300 {
+            let bytes = (0..<length).map { _ in UInt8.random(in: 0...255, using: &random) }
+            #expect(CRC32.checksum(of: bytes) == CRC32.checksum(of: AnySequence(bytes)), "\(length) bytes")
+            #expect(CRC32.checksum(of: Data(bytes)) == CRC32.checksum(of: AnySequence(bytes)))
+        }
+    }
+
     @Test func crcContinuationEqualsTheChecksumOfBothRuns() {
         let whole = Array("123456789".utf8)
         #expect(CRC32.checksum(of: whole) == 0xCBF4_3926)
