@@ -110,7 +110,6 @@ package struct JournalFrame: Sendable, Equatable {
         let headerCheck = CRC32.checksum(of: header)
         header.appendBigEndian(UInt64(headerCheck), width: 4)
         header.appendBigEndian(UInt64(CRC32.checksum(of: body, continuing: headerCheck)), width: 4)
-        segment.reserveCapacity(segment.count + size)
         segment.append(contentsOf: header)
         segment.append(body)
     }

@@ -51,6 +51,10 @@ import Foundation
 //
 // A damaged segment header does not lose the segment: frames are still scanned from offset
 // 32, and the salt is taken from the first frame that verifies.
+//
+// Measured on Linux, Swift 6.3.1, release build, a shared 2-core machine (so roughly): 50,000
+// frames of 700 bytes (36 MB) scan at about 1 GB/s when intact and 0.45 GB/s with a damaged
+// byte every 8 KB; 32 MiB of random bytes at about 2 GB/s; appending a frame costs about 2.4 µs.
 
 /// Writes journal segment headers and scans segments; see the format description at the top
 /// of this file.
