@@ -1,0 +1,72 @@
+import Foundation
+
+// The body of a batch frame: several parts (records), all or none because they share one frame
+// and its checksum.
+//
+//     offset  size  field
+//     0       4     part count c, big-endian
+//     4             c times: the part's length m (4 bytes, big-endian), then its m bytes
+//
+// Nothing follows the last part. The frame check has passed before a body is split, but the
+// split still checks every length against the bytes left: a valid checksum proves the bytes
+// are as written, not that the writer was right.
+
+extension JournalFrame {
+    /// A batch frame holding `parts` (such as the records of one `addOperations`).
+    ///
+    /// ```swift
+    /// let frame = JournalFrame.batch([first, second])
+    /// try frame.batchParts() // [first, second]
+    /// ```
+    package static func batch(_ parts: [Data]) -> JournalFrame {
+        var header: [UInt8] = []
+        header.appendBigEndian(UInt64(parts.count), width: 4)
+        var body = Data(header)
+        body.reserveCapacity(4 + parts.reduce(0) { $0 + 4 + $1.count })
+        for part in parts {
+            var length: [UInt8] = []
+            length.appendBigEndian(UInt64(part.count), width: 4)
+            body.append(contentsOf: length)
+            body.append(part)
+        }
+        return JournalFrame(kind: .batch, body: body)
+    }
+
+    /// The parts of a batch frame.
+    ///
+    /// - Throws: ``PersistenceError/Code/corruptRecord`` when the frame is not a batch or its
+    ///   body does not split into exactly the parts it announces.
+    package func batchParts() throws -> [Data] {
+        guard kind == .batch else { throw Self.malformedBatch("a \(kind) frame is not a batch") }
+        return try body.withUnsafeBytes { raw in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            guard bytes.count >= 4 else { throw Self.malformedBatch("\(bytes.count) bytes, too few for a part count") }
+            let count = Int(bytes.bigEndianValue(at: 0, width: 4))
+            // Each part takes at least its 4-byte length: check before reserving room.
+            guard count <= (bytes.count - 4) / 4 else {
+                throw Self.malformedBatch("\(count) parts announced in \(bytes.count) bytes")
+            }
+            var parts: [Data] = []
+            parts.reserveCapacity(count)
+            var offset = 4
+            for index in 0..<count {
+                guard bytes.count - offset >= 4 else { throw Self.malformedBatch("part \(index) has no length") }
+                let length = Int(bytes.bigEndianValue(at: offset, width: 4))
+                offset += 4
+                guard length <= bytes.count - offset else {
+                    throw Self.malformedBatch("part \(index) of \(length) bytes with \(bytes.count - offset) bytes left")
+                }
+                parts.append(Data(UnsafeBufferPointer(rebasing: bytes[offset..<(offset + length)])))
+                offset += length
+            }
+            guard offset == bytes.count else {
+                throw Self.malformedBatch("\(bytes.count - offset) bytes after the last part")
+            }
+            return parts
+        }
+    }
+
+    private static func malformedBatch(_ reason: String) -> PersistenceError {
+        PersistenceError(.corruptRecord, "The batch frame is malformed (\(reason)); it cannot be read.")
+    }
+}
