@@ -107,7 +107,10 @@ final class PowerLossFileSystem: Sendable {
             close: { descriptor in try self.call { try $0.close(descriptor) } },
             read: { descriptor, buffer in try self.call { try $0.read(descriptor, into: buffer) } },
             write: { descriptor, bytes in try self.call { try $0.write(descriptor, bytes: [UInt8](bytes)) } },
+            writeAt: { descriptor, bytes, offset in try self.call { try $0.write(descriptor, bytes: [UInt8](bytes), at: Int(offset)) } },
+            truncate: { descriptor, length in try self.call { try $0.truncate(descriptor, to: Int(length)) } },
             synchronize: { descriptor in try self.call { try $0.synchronize(descriptor) } },
+            synchronizeData: { descriptor in try self.call { try $0.synchronize(descriptor) } },
             synchronizeFileSystem: nil,
             synchronizeDirectory: { path in try self.call { try $0.synchronizeDirectory(path) } },
             setPermissions: { descriptor, mode in
@@ -327,6 +330,21 @@ extension PowerLossFileSystem {
             return bytes.count
         }
 
+        /// `pwrite`: writes at `offset`, leaving the descriptor's offset alone.
+        mutating func write(_ descriptor: Int32, bytes: [UInt8], at offset: Int) throws -> Int {
+            guard let open = descriptors[descriptor], open.isWritable else { throw SystemCallError("pwrite", code: EBADF) }
+            Self.apply(.write(offset: offset, bytes: bytes), to: &nodes[open.node]!.data)
+            nodes[open.node]!.pendingData.append(.write(offset: offset, bytes: bytes))
+            return bytes.count
+        }
+
+        /// `ftruncate`: cuts the file, or extends it with zeros, to `length` bytes.
+        mutating func truncate(_ descriptor: Int32, to length: Int) throws {
+            guard let open = descriptors[descriptor], open.isWritable else { throw SystemCallError("ftruncate", code: EBADF) }
+            Self.apply(.truncate(length: length), to: &nodes[open.node]!.data)
+            nodes[open.node]!.pendingData.append(.truncate(length: length))
+        }
+
         mutating func synchronize(_ descriptor: Int32) throws {
             guard let open = descriptors[descriptor] else { throw SystemCallError("fsync", code: EBADF) }
             if nodes[open.node]!.kind == .directory {
@@ -432,7 +450,11 @@ extension PowerLossFileSystem {
                 }
                 data.replaceSubrange(offset..<(offset + bytes.count), with: bytes)
             case .truncate(let length):
-                if data.count > length { data.removeSubrange(length...) }
+                if data.count > length {
+                    data.removeSubrange(length...)
+                } else {
+                    data.append(contentsOf: repeatElement(0, count: length - data.count))
+                }
             }
         }
 
