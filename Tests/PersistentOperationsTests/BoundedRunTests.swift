@@ -237,6 +237,37 @@ struct BoundedRunTests {
         #expect(next.nextDueDate == nil)
     }
 
+    @Test(arguments: [(notBefore: 10.0, retryDelay: 20.0), (notBefore: 20.0, retryDelay: 10.0)])
+    func aRunEndsBlockedWhenTheWorkItWaitedForComesDueAndFindsItsConditionUnmet(notBefore: TimeInterval, retryDelay: TimeInterval) async throws {
+        // Given a message with a not-before date and a retry, both needing the network
+        let fixture = try fixture()
+        let start = fixture.clock.now
+        let network = ManualRunCondition(isSatisfied: true)
+        fixture.queue.register(network, as: "network")
+        try fixture.queue.addOperation(fixture.upload("later"), options: EnqueueOptions(notBefore: start.addingTimeInterval(notBefore), conditions: ["network"]))
+        try fixture.queue.addOperation(fixture.upload("flaky", [.retry, .succeed], retryDelay: retryDelay), options: EnqueueOptions(conditions: ["network"]))
+
+        // When a run starts, the first attempt fails, and the network goes down
+        let run = fixture.queue.startBoundedRun(until: .distantFuture)
+        #expect(try await eventually { fixture.queue.operations().contains { $0.state == .waitingToRetry } })
+        network.isSatisfied = false
+        #expect(try await eventually { fixture.queue.state.withLock { $0.conditionStates["network"] == false } })
+
+        // Then the run waits for both (within its idle limit), and ends blocked once both have
+        // come due and found the network down
+        fixture.clock.advance(by: 10)
+        #expect(try await eventually { fixture.queue.operations().contains { $0.state == .waitingForConditions } })
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(run.isFinished == false)   // the other one is still to come
+        fixture.clock.advance(by: 10)
+        try #require(try await eventually { run.isFinished })
+        let report = await run.report
+        #expect(report.ending == .blocked)
+        #expect(report.blockedOperations == 2)
+        #expect(report.nextDueDate == start.addingTimeInterval(20))   // a condition may hold at any moment
+        #expect(fixture.lines == ["flaky#1 retry=false retries=0"])
+    }
+
     @Test func aRunUntilTheDistantFutureEndsByItselfWhenNothingCanStartWithinItsIdleLimit() async throws {
         // Given an empty outbox and a 15-minute periodic series
         let fixture = try fixture()

@@ -45,6 +45,7 @@ extension PersistentOperationQueue {
             return queueOrHoldRefilling(&entry, in: &state, window: window)
         }
         for slot in slots { operationQueue.addOperation(slot) }
+        noteRunProgress()   // it may have parked under a condition: a run waiting for it may end
     }
 
     /// Under the lock: `queueOrHold`, and stores the entry; when that parked the first operation
