@@ -209,6 +209,7 @@ public struct BoundedRunReport: Sendable, Hashable {
     /// Only ``drained`` means that everything due was done:
     ///
     /// ```swift
+    /// let report = await queue.run(until: .distantFuture)
     /// switch report.ending {
     /// case .drained: print("everything due ran; more from \(report.nextDueDate.map { "\($0)" } ?? "never")")
     /// case .blocked: print("\(report.blockedOperations) operation(s) wait for a run condition")
