@@ -48,6 +48,26 @@ final class StuckUpload: RetryingOperation, PersistentOperation, @unchecked Send
     }
 }
 
+/// A retrying operation whose first attempt waits for a manual `retryNow()` (a retry helper
+/// that is not a timer), and whose later attempts succeed.
+final class ManualRetryUpload: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    // @unchecked: `payload` is immutable; the rest of the state belongs to RetryingOperation.
+    static let persistenceIdentifier = "test.manual-retry-upload"
+    let payload: UploadPayload
+
+    init(payload: UploadPayload) {
+        self.payload = payload
+        super.init()
+    }
+
+    override var isAsynchronous: Bool { false }
+
+    override func startBaseOperation(isRetry: Bool) {
+        Journal.record(payload.journal, "\(payload.name)#\(numberOfAttempts) retry=\(isRetry)")
+        baseOperationEnded(retryHelpers: isRetry ? nil : [])
+    }
+}
+
 @Suite("Persistent queue: bounded runs", .timeLimit(.minutes(1)))
 struct BoundedRunTests {
     private func fixture(maxConcurrent: Int = 2) throws -> QueueFixture {
@@ -266,6 +286,26 @@ struct BoundedRunTests {
         #expect(report.blockedOperations == 2)
         #expect(report.nextDueDate == start.addingTimeInterval(20))   // a condition may hold at any moment
         #expect(fixture.lines == ["flaky#1 retry=false retries=0"])
+    }
+
+    @Test func aRunWhoseWorkWaitsForARetryHelperThatIsNotATimerEndsBlocked() async throws {
+        let fixture = try fixture()
+        fixture.queue.register(ManualRetryUpload.self)
+        let upload = ManualRetryUpload(payload: UploadPayload(name: "manual", journal: fixture.journal))
+        try fixture.queue.addOperation(upload)
+
+        let report = await fixture.queue.run(until: .distantFuture)
+
+        #expect(report.ending == .blocked)
+        #expect(report.blockedOperations == 1)
+        #expect(report.attemptsStarted == 1)
+        #expect(report.nextDueDate == nil)   // nothing becomes due by time alone
+        #expect(fixture.lines == ["manual#1 retry=false"])
+        // The retry it waits for still comes when asked for
+        fixture.queue.isSuspended = false
+        upload.retryNow()
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines == ["manual#1 retry=false", "manual#2 retry=true"])
     }
 
     @Test func aRunUntilTheDistantFutureEndsByItselfWhenNothingCanStartWithinItsIdleLimit() async throws {
