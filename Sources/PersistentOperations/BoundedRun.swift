@@ -3,15 +3,20 @@ import Foundation
 /// A run of a ``PersistentOperationQueue`` bounded by a deadline or a call to ``stop()`` — what
 /// an app hands to a background task, which the system may end at any moment.
 ///
-/// Start one with ``PersistentOperationQueue/startBoundedRun(until:stopGracePeriod:)``. The
-/// queue runs due work until the first of:
+/// Start one with ``PersistentOperationQueue/startBoundedRun(until:idleLimit:stopGracePeriod:)``.
+/// The queue runs due work until the first of:
 /// - the deadline passes (``BoundedRunReport/Ending-swift.enum/deadlineReached``),
 /// - ``stop()`` is called — from the background task's expiration handler, say
 ///   (``BoundedRunReport/Ending-swift.enum/stopped``),
-/// - nothing more can start before the deadline: no attempt runs or waits for a slot, and no
-///   not-before date, retry timer or periodic window falls before it
-///   (``BoundedRunReport/Ending-swift.enum/drained``; operations waiting for run conditions or
-///   prerequisites do not keep a run going).
+/// - nothing more can start before the run's *horizon*, the earlier of its deadline and
+///   ``idleLimit`` seconds from now (30 by default): no attempt runs or waits for a slot, and
+///   no not-before date, retry timer or periodic window falls before the horizon. Operations
+///   waiting for run conditions or prerequisites do not keep a run going. The run then ends
+///   ``BoundedRunReport/Ending-swift.enum/blocked`` when due work is left that waits for
+///   something other than time (a run condition that does not hold, or a retry helper that is
+///   not a timer), and ``BoundedRunReport/Ending-swift.enum/drained`` when everything that was
+///   due ran; either way ``BoundedRunReport/nextDueDate`` says when to ask for the next run.
+///   So a run until `.distantFuture` ends by itself when the work left is due minutes away.
 ///
 /// A run starts whatever is due while it lasts, also just before its deadline: an attempt
 /// that cannot finish in time is stopped like the others, at no cost to its retry budget.
@@ -31,21 +36,25 @@ import Foundation
 /// returns; a plain `Operation` cannot be stopped: both are listed in
 /// ``BoundedRunReport/stillRunning``, and their records stay pending).
 ///
-/// Apple platforms, a `BGProcessingTask` handler (shown as text: the library has no
-/// BackgroundTasks code, and this cannot be compiled on Linux):
+/// Apple platforms, a `BGProcessingTask` handler: a success only when the run drained, and a
+/// request for the next run whenever work is left (shown as text: the library has no
+/// BackgroundTasks code; the README's copy of it is compiled and run by the tests against
+/// stand-ins with the framework's names):
 ///
 /// ```text
 /// BGTaskScheduler.shared.register(forTaskWithIdentifier: "com.example.uploads", using: nil) { task in
-///     let run = queue.startBoundedRun(until: .distantFuture)   // until the system says stop
-///     task.expirationHandler = { run.stop() }
+///     let run = queue.startBoundedRun(until: .distantFuture)   // until stopped, or idle for 30 s
+///     task.expirationHandler = { run.stop() }                  // the system wants its time back
 ///     Task {
 ///         let report = await run.report
-///         if let next = report.nextDueDate {
+///         if let next = report.nextDueDate {   // work left: due now (blocked, cut short) or later
 ///             let request = BGProcessingTaskRequest(identifier: "com.example.uploads")
 ///             request.earliestBeginDate = next
 ///             request.requiresNetworkConnectivity = true
 ///             try? BGTaskScheduler.shared.submit(request)
 ///         }
+///         // A success only when everything due ran: not when work waits for the network
+///         // (.blocked), nor when the run was cut short (.stopped, .deadlineReached)
 ///         task.setTaskCompleted(success: report.ending == .drained)
 ///     }
 /// }
@@ -66,15 +75,39 @@ public final class BoundedRun: @unchecked Sendable {
 
     /// When the run ends at the latest, on the queue's clock.
     public let deadline: Date
+    /// How far ahead the run looks for work once it has nothing to run: it ends when nothing
+    /// can start within this many seconds (on the queue's clock), even before its
+    /// ``deadline``. See ``defaultIdleLimit``.
+    public let idleLimit: TimeInterval
     /// How long a stop waits, at most, for the attempts in flight to end and their records to be saved.
     public let stopGracePeriod: TimeInterval
+
+    /// The default ``idleLimit``: 30 seconds.
+    ///
+    /// Thirty seconds is the whole of the background time iOS grants a `BGAppRefreshTask`,
+    /// and of a `beginBackgroundTask(expirationHandler:)` window: work due later than that does
+    /// not start in the time an app is usually given. A `BGProcessingTask` may last several
+    /// minutes, but the system does not say how long: a run that waits idle for work due
+    /// minutes away mostly ends in the task's expiration handler instead of finishing, with
+    /// nothing done meanwhile. Ending the run and asking for another at its report's
+    /// ``BoundedRunReport/nextDueDate`` costs nothing and lets the system schedule it.
+    ///
+    /// ```swift
+    /// // A processing task that may wait up to two minutes for the next retry or period
+    /// let run = queue.startBoundedRun(until: .distantFuture, idleLimit: 120)
+    /// ```
+    public static let defaultIdleLimit: TimeInterval = 30
+    /// The default ``stopGracePeriod``: 1 second. A stop usually comes from an expiration
+    /// handler, called when the system wants its time back: the report must not keep it waiting.
+    public static let defaultStopGracePeriod: TimeInterval = 1
     let core = Locked(Core())
     let finished = DispatchGroup()
     weak var queue: PersistentOperationQueue?
 
-    init(queue: PersistentOperationQueue, deadline: Date, stopGracePeriod: TimeInterval, startedAt: Date) {
+    init(queue: PersistentOperationQueue, deadline: Date, idleLimit: TimeInterval, stopGracePeriod: TimeInterval, startedAt: Date) {
         self.queue = queue
         self.deadline = deadline
+        self.idleLimit = idleLimit
         self.stopGracePeriod = stopGracePeriod
         core.withLock { $0.tally.startedAt = startedAt }
         finished.enter()
@@ -168,13 +201,33 @@ public final class BoundedRun: @unchecked Sendable {
 ///
 /// ```swift
 /// let report = await queue.run(until: Date().addingTimeInterval(25))
-/// if report.ending != .drained { scheduleAnotherRun(earliest: report.nextDueDate ?? Date()) }
+/// if let next = report.nextDueDate { scheduleAnotherRun(earliest: next) }   // more work, now or later
 /// ```
 public struct BoundedRunReport: Sendable, Hashable {
     /// Why the run ended.
+    ///
+    /// Only ``drained`` means that everything due was done:
+    ///
+    /// ```swift
+    /// let report = await queue.run(until: .distantFuture)
+    /// switch report.ending {
+    /// case .drained: print("everything due ran; more from \(report.nextDueDate.map { "\($0)" } ?? "never")")
+    /// case .blocked: print("\(report.blockedOperations) operation(s) wait for a run condition")
+    /// case .deadlineReached, .stopped, .queueClosed: print("cut short: \(report.dueOperations) still due")
+    /// }
+    /// ```
     public enum Ending: Sendable, Hashable {
-        /// Nothing more could start before the deadline. Attempts were not interrupted.
+        /// Everything that was due ran: nothing more could start before the run's horizon (its
+        /// deadline, or its idle limit from then), and no due operation waits for anything
+        /// but time. What is left, if anything, is due at ``BoundedRunReport/nextDueDate``.
+        /// Attempts were not interrupted.
         case drained
+        /// Nothing more could start, but due work is left that waits for something other than
+        /// time: a run condition that does not hold (no network, say) or a retry helper that
+        /// is not a timer (``BoundedRunReport/blockedOperations``). Operations waiting for
+        /// run conditions count as due at once in ``BoundedRunReport/nextDueDate``. Attempts
+        /// were not interrupted.
+        case blocked
         /// The deadline passed; the attempts in flight were stopped.
         case deadlineReached
         /// ``BoundedRun/stop()`` was called (or the awaiting task was cancelled); the attempts
@@ -212,6 +265,10 @@ public struct BoundedRunReport: Sendable, Hashable {
     /// or due to retry — the stopped attempts included). Operations waiting for run conditions
     /// or prerequisites are not counted.
     public var dueOperations = 0
+    /// Operations due but waiting, when the run ended, for something other than time: a run
+    /// condition that does not hold, or a retry helper that is not a timer. Operations waiting
+    /// for their prerequisites are not counted (their prerequisites are).
+    public var blockedOperations = 0
     /// ``PersistentOperationQueue/nextDueDate`` when the run ended: the earliest start to ask
     /// the system for the next background run; `nil` when nothing becomes due by time alone.
     /// When ``stillRunning`` is not empty it is ``endedAt`` at the latest: those records stay

@@ -153,8 +153,8 @@ public struct RepeatSchedule: Sendable, Hashable, Codable {
     ///
     /// The queue starts a period as soon as its window opens, so in a foreground app a
     /// period starts `flex` seconds before its target. The window is what lets a background
-    /// run (``PersistentOperationQueue/startBoundedRun(until:stopGracePeriod:)``) that the
-    /// system grants a little early take the period in, and
+    /// run (``PersistentOperationQueue/startBoundedRun(until:idleLimit:stopGracePeriod:)``)
+    /// that the system grants a little early take the period in, and
     /// ``PersistentOperationQueue/nextDueDate`` reports the window's start. The next target
     /// is measured from this one, not from when the period ran.
     public var flex: TimeInterval

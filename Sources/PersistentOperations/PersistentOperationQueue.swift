@@ -169,11 +169,13 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// ```
     ///
     /// - Parameters:
-    ///   - directory: The store directory, used by this queue only.
+    ///   - directory: The store directory, used by this queue only. A symbolic link to a
+    ///     directory is followed: the store is the directory it names.
     ///   - operationQueue: The queue attempts run in. Default: a new `OperationQueue`.
     /// - Throws: ``PersistenceError`` with ``PersistenceError/Code/locked`` when another
     ///   process (or another open queue in this process) holds the directory, or
-    ///   ``PersistenceError/Code/directoryUnavailable`` when it cannot be created.
+    ///   ``PersistenceError/Code/directoryUnavailable`` when it cannot be created, or is a
+    ///   file or a symbolic link to something other than a directory (or to nothing).
     public convenience init(directory: URL, operationQueue: OperationQueue = OperationQueue()) throws {
         try self.init(directory: directory, operationQueue: operationQueue, configuration: Configuration())
     }

@@ -94,7 +94,12 @@ public struct RestoreReport: Sendable, Hashable {
         /// the app was active (see ``RestoreReport/previousLaunchApplicationState``), otherwise
         /// to nobody.
         case killed
-        /// It ended with attempts in flight and had no crash-signal handler: a crash or a kill.
+        /// It ended with attempts in flight, and the store has no record of crash-signal
+        /// handlers watching it: they were off
+        /// (``PersistentOperationQueue/Configuration/installsCrashSignalHandlers``), or that
+        /// launch could not note that they were on — its `attempts/launch` file could not be
+        /// written (a full disk, say) or was lost. A crash or a kill, which cannot be told
+        /// apart: treated as a possible crash.
         case unwitnessed
     }
 

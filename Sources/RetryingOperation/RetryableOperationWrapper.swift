@@ -2,19 +2,23 @@ import Foundation
 
 /// An operation you don't own that can be retried by a ``RetryableOperationWrapper``.
 ///
-/// Conform the operation's class (in an extension, if it is not yours): say after each run
-/// whether and how to retry, and how to build a fresh copy for the retry — an `Operation`
-/// runs only once.
+/// A conforming class says after each run whether and how to retry, and builds a fresh copy
+/// for the retry — an `Operation` runs only once. ``operationForRetrying()`` returns `Self`,
+/// which a non-final class can build only with a `required` initializer, and a framework's
+/// operation classes are `open`, their initializers not `required`: conform a final subclass,
+/// whose `Self` is itself, and create it instead of the framework's class. (A `final` class
+/// can conform in an extension and return `Self(…)`.)
 ///
 /// ```swift
-/// extension DownloadOperation: RetryableOperation {
+/// final class RetryableDownload: DownloadOperation, RetryableOperation, @unchecked Sendable {
+///     // @unchecked: it adds no state to DownloadOperation.
 ///     func retryHelpers<T>(from wrapper: RetryableOperationWrapper<T>) -> [RetryHelper]? {
 ///         guard let error, error.isTransient else { return nil }   // nil: done, no retry
 ///         return [RetryingOperation.TimerRetryHelper(retryDelay: 2, retryingOperation: wrapper)]
 ///     }
 ///
-///     func operationForRetrying() throws -> Self {
-///         try Self(request: request)
+///     func operationForRetrying() throws -> RetryableDownload {
+///         RetryableDownload(request: request)   // a fresh copy of the same work
 ///     }
 /// }
 /// ```
@@ -37,7 +41,7 @@ public protocol RetryableOperation: Operation {
 /// ``RetryingOperation/outcome``.
 ///
 /// ```swift
-/// let download = DownloadOperation(request: request)
+/// let download = RetryableDownload(request: request)   // a final subclass (see RetryableOperation)
 /// let wrapper = RetryableOperationWrapper(maximumNumberOfRetries: 3, baseOperation: download)
 /// queue.addOperation(wrapper)
 /// ```

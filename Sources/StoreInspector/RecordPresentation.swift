@@ -103,7 +103,7 @@ enum RecordPresentation {
     static func summary(of record: StoredOperationRecord) -> JSONValue {
         .object([
             ("id", .string(record.id.rawValue)),
-            ("type", .string(record.typeIdentifier)),
+            ("typeIdentifier", .string(record.typeIdentifier)),
             ("state", record.state == nil ? .null : .string(name(of: record.state))),
             ("priority", .integer(Int64(record.priority))),
             ("retries", .integer(Int64(record.numberOfRetries))),
@@ -126,7 +126,7 @@ enum RecordPresentation {
             ("area", .string(record.area.rawValue)),
             ("state", record.state == nil ? .null : .string(name(of: record.state))),
             ("formatVersion", .integer(Int64(record.formatVersion))),
-            ("type", .string(record.typeIdentifier)),
+            ("typeIdentifier", .string(record.typeIdentifier)),
             ("priority", .integer(Int64(record.priority))),
             ("enqueueSequence", .unsignedInteger(record.enqueueSequence)),
             ("enqueuedAt", json(record.enqueuedAt)),

@@ -6,8 +6,81 @@ import PersistentOperations
 // operations" and of the DocC article *Background runs and periodic work*, compiled and run
 // here so they cannot rot. `scripts/readme-snippets.py --check` fails when a sample differs
 // from its `// snippet:` region below. (The `BGProcessingTask` handler those documents show
-// uses Apple's BackgroundTasks framework and is not compiled; `FakeBackgroundTask` and
-// `BackgroundScheduler` stand in for it here.)
+// uses Apple's BackgroundTasks framework, which is not available here: `BGTask`,
+// `BGProcessingTaskRequest` and `BGTaskScheduler` below stand in for it, with its names and
+// shapes; `FakeBackgroundTask` and `BackgroundScheduler` stand in for a task and a scheduler
+// in the shorter samples.)
+
+/// A stand-in for BackgroundTasks' `BGTask`: the system calls its expiration handler when the
+/// background time is up, and the app calls `setTaskCompleted(success:)`.
+final class BGTask: Sendable {
+    private let handler = Locked<(@Sendable () -> Void)?>(nil)
+    private let completion = Locked<Bool?>(nil)
+
+    var expirationHandler: (@Sendable () -> Void)? {
+        get { handler.withLock { $0 } }
+        set { handler.withLock { $0 = newValue } }
+    }
+
+    func setTaskCompleted(success: Bool) {
+        completion.withLock { $0 = success }
+    }
+
+    /// The `success` the app passed to `setTaskCompleted(success:)`, once it did.
+    var completedWithSuccess: Bool? { completion.withLock { $0 } }
+
+    /// What the system does when the task's time is up.
+    func expire() {
+        expirationHandler?()
+    }
+}
+
+/// A stand-in for BackgroundTasks' `BGProcessingTaskRequest`.
+final class BGProcessingTaskRequest {
+    let identifier: String
+    var earliestBeginDate: Date?
+    var requiresNetworkConnectivity = false
+
+    init(identifier: String) {
+        self.identifier = identifier
+    }
+}
+
+/// A stand-in for BackgroundTasks' `BGTaskScheduler`: keeps the launch handlers and the
+/// requests submitted, and launches a task when the test says so.
+final class BGTaskScheduler: Sendable {
+    struct Submitted: Sendable, Equatable {
+        var identifier: String
+        var earliestBeginDate: Date?
+        var requiresNetworkConnectivity: Bool
+    }
+
+    static let shared = BGTaskScheduler()
+    private let handlers = Locked<[String: @Sendable (BGTask) -> Void]>([:])
+    private let requests = Locked<[Submitted]>([])
+
+    @discardableResult
+    func register(forTaskWithIdentifier identifier: String, using queue: DispatchQueue?, launchHandler: @escaping @Sendable (BGTask) -> Void) -> Bool {
+        handlers.withLock { $0[identifier] = launchHandler }
+        return true
+    }
+
+    func submit(_ request: BGProcessingTaskRequest) throws {
+        let submitted = Submitted(identifier: request.identifier, earliestBeginDate: request.earliestBeginDate,
+                                  requiresNetworkConnectivity: request.requiresNetworkConnectivity)
+        requests.withLock { $0.append(submitted) }
+    }
+
+    /// What the system does when it grants the app the background task `identifier`.
+    func launch(_ identifier: String) -> BGTask {
+        let task = BGTask()
+        let handler = handlers.withLock { $0[identifier] }
+        handler?(task)
+        return task
+    }
+
+    var submitted: [Submitted] { requests.withLock { $0 } }
+}
 
 /// A stand-in for a `BGTask`: the system calls its expiration handler when the background
 /// time is up.
@@ -169,7 +242,7 @@ struct BackgroundDocumentationTests {
         }
 
         // snippet: background-run-stop
-        let run = queue.startBoundedRun(until: .distantFuture)   // until stopped, or nothing is left
+        let run = queue.startBoundedRun(until: .distantFuture)   // until stopped, or idle
         backgroundTask.expirationHandler = { run.stop() }        // the system wants its time back
         let report = await run.report                            // once the stopped attempts are saved
         print("\(report.stopped.count) attempt(s) stopped; they run again as uncounted retries")
@@ -201,6 +274,72 @@ struct BackgroundDocumentationTests {
         #expect(LargeUpload.log.withLock { $0.filter { $0.hasPrefix("VID_0201.mov isRetry") } }
             == ["VID_0201.mov isRetry=false", "VID_0201.mov isRetry=true"])
         #expect(try fixture.pendingRecords().isEmpty)
+    }
+
+    @Test func theBackgroundTaskHandlerSucceedsOnlyWhenEverythingDueRanAndAlwaysAsksForTheNextRun() async throws {
+        // An app launched in the background: a 15-minute refresh series, and two messages
+        // waiting for the network, which is down
+        let fixture = try QueueFixture(suspended: true)
+        let queue = fixture.queue
+        let clock = fixture.clock
+        let start = clock.now
+        queue.register(RefreshCatalogue.self)
+        queue.register(LargeUpload.self)
+        let network = ManualRunCondition(isSatisfied: false)
+        queue.register(network, as: "network")
+        try queue.addOperation(RefreshCatalogue(payload: Catalogue(region: "us")), options: EnqueueOptions(repeating: .every(900)))
+        for index in 1...2 {
+            try queue.addOperation(fixture.upload("message\(index)"), options: EnqueueOptions(conditions: ["network"]))
+        }
+
+        // snippet: background-task-handler
+        BGTaskScheduler.shared.register(forTaskWithIdentifier: "com.example.uploads", using: nil) { task in
+            let run = queue.startBoundedRun(until: .distantFuture)   // until stopped, or idle for 30 s
+            task.expirationHandler = { run.stop() }                  // the system wants its time back
+            Task {
+                let report = await run.report
+                if let next = report.nextDueDate {   // work left: due now (blocked, cut short) or later
+                    let request = BGProcessingTaskRequest(identifier: "com.example.uploads")
+                    request.earliestBeginDate = next
+                    request.requiresNetworkConnectivity = true
+                    try? BGTaskScheduler.shared.submit(request)
+                }
+                // A success only when everything due ran: not when work waits for the network
+                // (.blocked), nor when the run was cut short (.stopped, .deadlineReached)
+                task.setTaskCompleted(success: report.ending == .drained)
+            }
+        }
+        // end snippet
+
+        // A task without network: the refresh runs, the messages cannot. Not a success, and
+        // the next run is asked for at once (it waits for the network)
+        let offline = BGTaskScheduler.shared.launch("com.example.uploads")
+        try #require(try await eventually { offline.completedWithSuccess != nil })
+        #expect(offline.completedWithSuccess == false)
+        #expect(BGTaskScheduler.shared.submitted.last == .init(identifier: "com.example.uploads", earliestBeginDate: start, requiresNetworkConnectivity: true))
+        #expect(RefreshCatalogue.log.withLock { $0.contains("us isRetry=false") })
+        #expect(fixture.lines.isEmpty)
+
+        // A task with network: the messages are sent, and the run ends by itself, since the
+        // next period is 15 minutes away. A success; the next run is asked for then
+        network.isSatisfied = true
+        #expect(try await eventually { queue.operations().allSatisfy { $0.state != .waitingForConditions } })
+        let online = BGTaskScheduler.shared.launch("com.example.uploads")
+        try #require(try await eventually { online.completedWithSuccess != nil })
+        #expect(online.completedWithSuccess == true)
+        #expect(BGTaskScheduler.shared.submitted.last?.earliestBeginDate == start.addingTimeInterval(900))
+        #expect(fixture.lines.count == 2)
+
+        // A task whose time runs out mid-upload: not a success; the next run is asked for at once
+        try queue.addOperation(LargeUpload(payload: Upload(file: "VID_0301.mov", album: 3)))
+        let expiring = BGTaskScheduler.shared.launch("com.example.uploads")
+        #expect(try await eventually { LargeUpload.log.withLock { $0.contains("VID_0301.mov isRetry=false") } })
+        expiring.expire()
+        try #require(try await eventually { expiring.completedWithSuccess != nil })
+        #expect(expiring.completedWithSuccess == false)
+        #expect(BGTaskScheduler.shared.submitted.last?.earliestBeginDate == clock.now)
+        #expect(BGTaskScheduler.shared.submitted.count == 3)
+        queue.close()
     }
 
     @Test func aPeriodicOperationRunsEachPeriodOnAFixedGridAndStaysStoredBetweenThem() async throws {
@@ -279,9 +418,9 @@ struct BackgroundDocumentationTests {
         #expect(!fixture.deliveredEvents().contains { if case .failed = $0 { return true } else { return false } })
         #expect(try queue.failedOperations().isEmpty)   // nothing in the failed area
 
-        // And the periods that fall before a run's deadline run in it
+        // And the periods that fall before a run's deadline, within its idle limit, run in it
         queue.isSuspended = true
-        let run = queue.startBoundedRun(until: start.addingTimeInterval(90))
+        let run = queue.startBoundedRun(until: start.addingTimeInterval(90), idleLimit: 60)
         fixture.clock.advance(by: 60)
         #expect(try await firingTimers(of: fixture.clock) { run.isFinished })
         let report = await run.report

@@ -48,6 +48,26 @@ final class StuckUpload: RetryingOperation, PersistentOperation, @unchecked Send
     }
 }
 
+/// A retrying operation whose first attempt waits for a manual `retryNow()` (a retry helper
+/// that is not a timer), and whose later attempts succeed.
+final class ManualRetryUpload: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    // @unchecked: `payload` is immutable; the rest of the state belongs to RetryingOperation.
+    static let persistenceIdentifier = "test.manual-retry-upload"
+    let payload: UploadPayload
+
+    init(payload: UploadPayload) {
+        self.payload = payload
+        super.init()
+    }
+
+    override var isAsynchronous: Bool { false }
+
+    override func startBaseOperation(isRetry: Bool) {
+        Journal.record(payload.journal, "\(payload.name)#\(numberOfAttempts) retry=\(isRetry)")
+        baseOperationEnded(retryHelpers: isRetry ? nil : [])
+    }
+}
+
 @Suite("Persistent queue: bounded runs", .timeLimit(.minutes(1)))
 struct BoundedRunTests {
     private func fixture(maxConcurrent: Int = 2) throws -> QueueFixture {
@@ -198,17 +218,152 @@ struct BoundedRunTests {
         #expect(fixture.queue.isSuspended)
     }
 
-    @Test func aRunOverAnEmptyQueueOrOnlyBlockedWorkDrainsAtOnce() async throws {
+    @Test func aRunOverAnEmptyQueueDrainsAtOnce() async throws {
         let fixture = try fixture()
-        #expect(await fixture.queue.run(until: .distantFuture).ending == .drained)
-
-        // Work waiting for a run condition does not keep a run going
-        fixture.queue.register(ManualRunCondition(isSatisfied: false), as: "network")
-        try fixture.queue.addOperation(fixture.upload("gated"), options: EnqueueOptions(conditions: ["network"]))
         let report = await fixture.queue.run(until: .distantFuture)
         #expect(report.ending == .drained)
+        #expect(report.blockedOperations == 0)
+        #expect(report.nextDueDate == nil)
+    }
+
+    @Test func aRunWhoseDueWorkWaitsForARunConditionEndsBlockedNotDrained() async throws {
+        // Given messages waiting for the network, which is down
+        let fixture = try fixture()
+        let network = ManualRunCondition(isSatisfied: false)
+        fixture.queue.register(network, as: "network")
+        for index in 1...3 {
+            try fixture.queue.addOperation(fixture.upload("message\(index)"), options: EnqueueOptions(conditions: ["network"]))
+        }
+
+        // When a run starts: it ends at once (work waiting for a condition does not keep it
+        // going), but not as drained: the work is due and could not run
+        let report = await fixture.queue.run(until: .distantFuture)
+        #expect(report.ending == .blocked)
+        #expect(report.blockedOperations == 3)
+        #expect(report.attemptsStarted == 0)
         #expect(report.dueOperations == 0)
+        #expect(report.nextDueDate == fixture.clock.now)   // a condition may hold at any moment
         #expect(fixture.lines.isEmpty)
+        #expect(fixture.queue.isSuspended)
+
+        // When the network is back (the queue hears of it on its own queue), the next run
+        // sends them and drains
+        network.isSatisfied = true
+        #expect(try await eventually { fixture.queue.operations().allSatisfy { $0.state != .waitingForConditions } })
+        let next = await fixture.queue.run(until: .distantFuture)
+        #expect(next.ending == .drained)
+        #expect(next.succeeded.count == 3)
+        #expect(next.blockedOperations == 0)
+        #expect(next.nextDueDate == nil)
+    }
+
+    @Test(arguments: [(notBefore: 10.0, retryDelay: 20.0), (notBefore: 20.0, retryDelay: 10.0)])
+    func aRunEndsBlockedWhenTheWorkItWaitedForComesDueAndFindsItsConditionUnmet(notBefore: TimeInterval, retryDelay: TimeInterval) async throws {
+        // Given a message with a not-before date and a retry, both needing the network
+        let fixture = try fixture()
+        let start = fixture.clock.now
+        let network = ManualRunCondition(isSatisfied: true)
+        fixture.queue.register(network, as: "network")
+        try fixture.queue.addOperation(fixture.upload("later"), options: EnqueueOptions(notBefore: start.addingTimeInterval(notBefore), conditions: ["network"]))
+        try fixture.queue.addOperation(fixture.upload("flaky", [.retry, .succeed], retryDelay: retryDelay), options: EnqueueOptions(conditions: ["network"]))
+
+        // When a run starts, the first attempt fails, and the network goes down
+        let run = fixture.queue.startBoundedRun(until: .distantFuture)
+        #expect(try await eventually { fixture.queue.operations().contains { $0.state == .waitingToRetry } })
+        network.isSatisfied = false
+        #expect(try await eventually { fixture.queue.state.withLock { $0.conditionStates["network"] == false } })
+
+        // Then the run waits for both (within its idle limit), and ends blocked once both have
+        // come due and found the network down
+        fixture.clock.advance(by: 10)
+        #expect(try await eventually { fixture.queue.operations().contains { $0.state == .waitingForConditions } })
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(run.isFinished == false)   // the other one is still to come
+        fixture.clock.advance(by: 10)
+        try #require(try await eventually { run.isFinished })
+        let report = await run.report
+        #expect(report.ending == .blocked)
+        #expect(report.blockedOperations == 2)
+        #expect(report.nextDueDate == start.addingTimeInterval(20))   // a condition may hold at any moment
+        #expect(fixture.lines == ["flaky#1 retry=false retries=0"])
+    }
+
+    @Test func aRunWhoseWorkWaitsForARetryHelperThatIsNotATimerEndsBlocked() async throws {
+        let fixture = try fixture()
+        fixture.queue.register(ManualRetryUpload.self)
+        let upload = ManualRetryUpload(payload: UploadPayload(name: "manual", journal: fixture.journal))
+        try fixture.queue.addOperation(upload)
+
+        let report = await fixture.queue.run(until: .distantFuture)
+
+        #expect(report.ending == .blocked)
+        #expect(report.blockedOperations == 1)
+        #expect(report.attemptsStarted == 1)
+        #expect(report.nextDueDate == nil)   // nothing becomes due by time alone
+        #expect(fixture.lines == ["manual#1 retry=false"])
+        // The retry it waits for still comes when asked for
+        fixture.queue.isSuspended = false
+        upload.retryNow()
+        await fixture.queue.allOperationsFinished()
+        #expect(fixture.lines == ["manual#1 retry=false", "manual#2 retry=true"])
+    }
+
+    @Test func aRunUntilTheDistantFutureEndsByItselfWhenNothingCanStartWithinItsIdleLimit() async throws {
+        // Given an empty outbox and a 15-minute periodic series
+        let fixture = try fixture()
+        let start = fixture.clock.now
+        let series = try fixture.queue.addOperation(fixture.upload("refresh"), options: EnqueueOptions(repeating: .every(900)))
+
+        // When a run until the distant future starts (the clock does not move)
+        let run = fixture.queue.startBoundedRun(until: .distantFuture)
+        #expect(run.idleLimit == BoundedRun.defaultIdleLimit)
+
+        // Then the first period runs, and the run ends: the next one is 15 minutes away,
+        // beyond the 30 s idle limit
+        try #require(try await eventually { run.isFinished })
+        let report = await run.report
+        #expect(report.ending == .drained)
+        #expect(report.periodsEnded == [series.id])
+        #expect(report.stopped.isEmpty && report.stillRunning.isEmpty)
+        #expect(report.nextDueDate == start.addingTimeInterval(900))   // when to ask for the next run
+        #expect(report.endedAt == start)
+        #expect(fixture.queue.isSuspended)
+    }
+
+    @Test func aRunWaitsForWorkDueWithinItsIdleLimitAndNoFurther() async throws {
+        // Given a retry due in 20 s, and work due tomorrow
+        let fixture = try fixture()
+        let start = fixture.clock.now
+        try fixture.queue.addOperation(fixture.upload("flaky", [.retry, .succeed], retryDelay: 20))
+        try fixture.queue.addOperation(fixture.upload("tomorrow"), options: EnqueueOptions(notBefore: start.addingTimeInterval(86_400)))
+
+        // When a run with the default idle limit starts: it waits for the retry (20 s < 30 s)
+        let run = fixture.queue.startBoundedRun(until: .distantFuture)
+        #expect(try await eventually { fixture.lines.contains("flaky#1 retry=false retries=0") })
+        await fixture.clock.waitForTotalScheduledRetries(count: 2)   // tomorrow, the retry
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(run.isFinished == false)
+        fixture.clock.advance(by: 20)
+
+        // Then it ends after the retry, without waiting for tomorrow
+        try #require(try await eventually { run.isFinished })
+        let report = await run.report
+        #expect(report.ending == .drained)
+        #expect(report.succeeded.count == 1)
+        #expect(report.endedAt == start.addingTimeInterval(20))
+        #expect(report.nextDueDate == start.addingTimeInterval(86_400))
+
+        // And a run whose idle limit is shorter than the wait for a retry ends at once
+        try fixture.queue.addOperation(fixture.upload("later", [.retry, .succeed], retryDelay: 20))
+        fixture.queue.isSuspended = false
+        #expect(try await eventually { fixture.lines.contains("later#1 retry=false retries=0") && fixture.queue.nextDueDate == start.addingTimeInterval(40) })
+        fixture.queue.isSuspended = true
+        let shortRun = fixture.queue.startBoundedRun(until: .distantFuture, idleLimit: 10)
+        try #require(try await eventually { shortRun.isFinished })
+        let short = await shortRun.report
+        #expect(short.ending == .drained)
+        #expect(short.attemptsStarted == 0)
+        #expect(short.nextDueDate == start.addingTimeInterval(40))
     }
 
     @Test func cancellingTheAwaitingTaskStopsTheRun() async throws {

@@ -364,6 +364,49 @@ struct RecordStoreTests {
         #expect(!FileManager.default.fileExists(atPath: directory.store.path))
     }
 
+    @Test func aStoreDirectoryThatIsASymbolicLinkToADirectoryIsOpenedThroughIt() throws {
+        // Given a store directory given as a symbolic link to a directory
+        let directory = try TemporaryDirectory()
+        let real = directory.url.appendingPathComponent("real", isDirectory: true)
+        try FileManager.default.createDirectory(at: real, withIntermediateDirectories: false)
+        try FileManager.default.createSymbolicLink(atPath: directory.store.path, withDestinationPath: real.path)
+
+        // When a store is opened through the link and a record added
+        let store = try RecordStore(directory: directory.store)
+        let record = try makeRecord(index: 1)
+        try store.add(record)
+        store.close()
+
+        // Then the record is in the directory the link names, the link is left as it is, and
+        // the store opens again through the link, read-write and read-only
+        #expect(try FileManager.default.contentsOfDirectory(atPath: real.appendingPathComponent("pending").path)
+            == [StoreLayout.fileName(ofRecord: record.id)])
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: directory.store.path) == real.path)
+        #expect(try RecordStore(directory: directory.store, access: .readOnly).loadPending().records.map(\.id) == [record.id])
+        #expect(try ReadOnlyPersistentStore(directory: directory.store).pendingRecords().records.map(\.id.rawValue) == [record.id])
+        #expect(try RecordStore(directory: directory.store).loadPending().records.map(\.id) == [record.id])
+    }
+
+    @Test func aStoreDirectoryThatIsADanglingLinkOrALinkToAFileGivesAClearError() throws {
+        let directory = try TemporaryDirectory()
+        let missing = directory.url.appendingPathComponent("missing").path
+        try FileManager.default.createSymbolicLink(atPath: directory.store.path, withDestinationPath: missing)
+        let dangling = #expect(throws: PersistenceError.self) { try RecordStore(directory: directory.store) }
+        #expect(dangling?.code == .directoryUnavailable)
+        #expect(dangling?.message.contains("symbolic link to \(missing), which does not exist") == true)
+        #expect(!FileManager.default.fileExists(atPath: missing))   // nothing created behind the link
+
+        let file = directory.url.appendingPathComponent("file").path
+        #expect(FileManager.default.createFile(atPath: file, contents: Data("not a store".utf8)))
+        try FileManager.default.removeItem(atPath: directory.store.path)
+        try FileManager.default.createSymbolicLink(atPath: directory.store.path, withDestinationPath: file)
+        let toFile = #expect(throws: PersistenceError.self) {
+            try PersistentOperationQueue(directory: directory.store)
+        }
+        #expect(toFile?.code == .directoryUnavailable)
+        #expect(toFile?.message.contains("symbolic link to \(file), which is not a directory") == true)
+    }
+
     @Test func openingRemovesTemporaryFilesLeftByAnInterruptedWrite() throws {
         let directory = try TemporaryDirectory()
         try RecordStore(directory: directory.store).close()

@@ -82,7 +82,8 @@ struct StoreInspectorTests {
         }
         let pending = try #require(try list.json()["pending"] as? [[String: Any]])
         #expect(pending.map { $0["id"] as? String } == [sample.first.id, sample.second.id])
-        #expect(pending[0]["type"] as? String == "com.example.upload")
+        #expect(pending[0]["typeIdentifier"] as? String == "com.example.upload")   // the API's name
+        #expect(pending[0]["type"] == nil)
         #expect(pending[0]["priority"] as? Int == 5)
         #expect(pending[0]["retries"] as? Int == 2)
         #expect(pending[0]["attempts"] as? Int == 3)
@@ -112,6 +113,16 @@ struct StoreInspectorTests {
         #expect(try sample.snapshot() == before)
     }
 
+    @Test func aStoreReachedThroughASymbolicLinkIsInspectedAsTheDirectoryItNames() async throws {
+        let sample = try SampleStore()
+        let link = sample.directory.url.appendingPathComponent("link").path
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: sample.path)
+        let list = try await Self.inspect("list", link, "--json")
+        #expect(list.status == 0, "\(list.error)")
+        let pending = try #require(try list.json()["pending"] as? [[String: Any]])
+        #expect(pending.map { $0["id"] as? String } == [sample.first.id, sample.second.id])
+    }
+
     @Test func showPrintsEveryFieldAndThePayloadDecodedOnlyAfterVerification() async throws {
         // Given a store with a readable payload and one that is not a property list
         let sample = try SampleStore()
@@ -130,6 +141,8 @@ struct StoreInspectorTests {
         #expect(record["enqueueSequence"] as? Int == 2)
         #expect(record["expiresAt"] as? String == "2026-05-10T06:13:20.500Z")
         #expect(record["formatVersion"] as? Int == 3)
+        #expect(record["typeIdentifier"] as? String == "com.example.upload")
+        #expect(record["type"] == nil)
         let payload = try #require(record["payload"] as? [String: Any])
         #expect(payload["url"] as? String == SamplePayload.example.url)
         #expect(payload["attempt"] as? Int == 1)
@@ -179,7 +192,7 @@ struct StoreInspectorTests {
         #expect(failed.status == 0, "\(failed.error)")
         let records = try #require(try failed.json()["failed"] as? [[String: Any]])
         #expect(records.map { $0["failureReason"] as? String } == ["403 upload refused"])
-        #expect(records.first?["type"] as? String == "demo.upload")
+        #expect(records.first?["typeIdentifier"] as? String == "demo.upload")
         let id = try #require(records.first?["id"] as? String)
         let shown = try await Self.inspect("show", directory.store.path, id, "--json")
         #expect((try shown.json()["payload"] as? [String: Any])?["behaviour"] as? String == "refused")

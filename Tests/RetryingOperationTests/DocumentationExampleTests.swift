@@ -77,7 +77,9 @@ final class FakeTransport: Sendable {
 }
 
 /// An `Operation` subclass from another module: it downloads once and keeps what happened.
-final class DownloadOperation: Operation, @unchecked Sendable {
+/// Declared as frameworks declare theirs: not final (`open`, in its own module) and with a
+/// designated initializer that is not `required`, so that no extension can build `Self`.
+class DownloadOperation: Operation, @unchecked Sendable {
     // @unchecked: `data` and `error` are written by `main()` and read after the operation finished.
     let url: URL
     let transport: FakeTransport
@@ -98,14 +100,17 @@ final class DownloadOperation: Operation, @unchecked Sendable {
 }
 
 // snippet: docs-retryable-conformance
-extension DownloadOperation: RetryableOperation {
+// DownloadOperation is a framework's open class: a final subclass conforms, since its `Self`
+// is the subclass itself, which its inherited initializer builds.
+final class RetryableDownload: DownloadOperation, RetryableOperation, @unchecked Sendable {
+    // @unchecked: it adds no state to DownloadOperation.
     func retryHelpers<T>(from wrapper: RetryableOperationWrapper<T>) -> [RetryHelper]? {
         guard let error, error.isTransient else { return nil }   // nil: done, don't retry
         return [RetryingOperation.TimerRetryHelper(retryDelay: 2, retryingOperation: wrapper)]
     }
 
-    func operationForRetrying() throws -> Self {
-        Self(url: url, transport: transport)   // a fresh operation: an Operation runs only once
+    func operationForRetrying() throws -> RetryableDownload {
+        RetryableDownload(url: url, transport: transport)   // a fresh operation: an Operation runs only once
     }
 }
 // end snippet
@@ -256,7 +261,7 @@ struct DocumentationExampleTests {
         func save(_ data: Data) { #expect(data == Data("report".utf8)) }
         // snippet: docs-wrapper-use
         let queue = OperationQueue()
-        let download = DownloadOperation(url: url, transport: transport)
+        let download = RetryableDownload(url: url, transport: transport)   // the subclass, not DownloadOperation
         let wrapper = RetryableOperationWrapper(baseOperation: download, retryLimit: .maximum(3))
         queue.addOperation(wrapper)
 
@@ -276,7 +281,7 @@ struct DocumentationExampleTests {
     @Test func wrapperRetriesTransientErrorsOnTheTestClock() async {
         let clock = ManualRetryScheduler()
         let transport = FakeTransport(answers: [.failure(DownloadError(isTransient: true)), .success(Data())])
-        let wrapper = RetryableOperationWrapper(baseOperation: DownloadOperation(url: photo, transport: transport), retryLimit: .maximum(3))
+        let wrapper = RetryableOperationWrapper(baseOperation: RetryableDownload(url: photo, transport: transport), retryLimit: .maximum(3))
         wrapper.retryScheduler = clock
         makeQueue().addOperation(wrapper)
         await clock.waitForScheduledRetries(count: 1)
@@ -284,6 +289,32 @@ struct DocumentationExampleTests {
         clock.advance(by: 2)
         #expect(await wrapper.finalOutcome.isSuccess)
         #expect(wrapper.currentBaseOperation.data == Data())
+    }
+
+    @Test func aFinalSubclassMakesANonFinalOperationClassRetryableWithAFreshCopyPerRetry() async {
+        // Given the final subclass of a framework's non-final download operation, failing
+        // twice with a transient error
+        let clock = ManualRetryScheduler()
+        let transport = FakeTransport(answers: [.failure(DownloadError(isTransient: true)),
+                                                .failure(DownloadError(isTransient: true)), .success(Data("ok".utf8))])
+        let original = RetryableDownload(url: photo, transport: transport)
+        let wrapper = RetryableOperationWrapper(baseOperation: original, retryLimit: .maximum(3))
+        wrapper.retryScheduler = clock
+        makeQueue().addOperation(wrapper)
+
+        // When its retries come due
+        for retry in 1...2 {
+            await clock.waitForTotalScheduledRetries(count: retry)
+            clock.advance(by: 2)
+        }
+
+        // Then each retry ran a new instance of the subclass, built by operationForRetrying()
+        #expect(await wrapper.finalOutcome.isSuccess)
+        #expect(wrapper.numberOfRetries == nil)   // finished
+        #expect(wrapper.originalBaseOperation === original)
+        #expect(wrapper.currentBaseOperation !== original)
+        #expect(wrapper.currentBaseOperation.data == Data("ok".utf8))
+        #expect(original.error?.isTransient == true && original.data == nil)
     }
 
     // snippet: docs-test-clock
@@ -338,7 +369,7 @@ struct DocumentationExampleTests {
     }
 
     @Test func migratingTheWrapperLimit() {
-        let download = DownloadOperation(url: photo, transport: FakeTransport(answers: [.success(Data())]))
+        let download = RetryableDownload(url: photo, transport: FakeTransport(answers: [.success(Data())]))
         // snippet: docs-migration-wrapper
         // Earlier library: -1 means "no limit" (still compiles, still works)
         let before = RetryableOperationWrapper(maximumNumberOfRetries: -1, baseOperation: download)

@@ -41,10 +41,18 @@ final class UploadOperation: RetryingOperation, @unchecked Sendable {
     override var isAsynchronous: Bool { true }
 }
 
-final class DownloadOperation: Operation, @unchecked Sendable {
+/// A framework's operation class: not final, its initializer not `required` (so an example
+/// cannot build `Self` of it).
+class DownloadOperation: Operation, @unchecked Sendable {
     let request: URLRequest
     var error: (any Error)?
-    required init(request: URLRequest) { self.request = request; super.init() }
+    init(request: URLRequest) { self.request = request; super.init() }
+}
+
+/// The retryable subclass that `RetryableOperation`'s documentation declares.
+final class RetryableDownload: DownloadOperation, RetryableOperation, @unchecked Sendable {
+    func retryHelpers<T>(from wrapper: RetryableOperationWrapper<T>) -> [RetryHelper]? { nil }
+    func operationForRetrying() throws -> RetryableDownload { RetryableDownload(request: request) }
 }
 
 final class NetworkIsBackRetryHelper: RetryHelper {
@@ -60,7 +68,7 @@ struct NoScheduledRetry: ScheduledRetry {
 var queue: OperationQueue { OperationQueue() }
 var operation: RetryingOperation { UploadOperation(file: file) }
 var upload: UploadOperation { UploadOperation(file: file) }
-var download: DownloadOperation { DownloadOperation(request: request) }
+var download: RetryableDownload { RetryableDownload(request: request) }
 var request: URLRequest { URLRequest(url: URL(string: "https://example.com/file")!) }
 var file: URL { URL(fileURLWithPath: "/tmp/photo.jpg") }
 var clock: ManualRetryScheduler { ManualRetryScheduler() }

@@ -85,5 +85,6 @@ extension PersistentOperationQueue {
             return
         }
         for slot in outcome.slots { operationQueue.addOperation(slot) }
+        noteRunProgress()   // it may have parked under a condition: a run waiting for it may end
     }
 }

@@ -2,7 +2,8 @@ import Foundation
 import RetryingOperation
 
 // Bounded runs: the queue resumed for a window that ends at a deadline, at `stop()`, or when
-// nothing more can start before the deadline. The active runs sit in `runs`; the end of the
+// nothing more can start before the run's horizon (the earlier of its deadline and its idle
+// limit from the moment of the check). The active runs sit in `runs`; the end of the
 // last one suspends the `OperationQueue` and stops the `RetryingOperation` attempts in flight
 // (`RetryingOperation.stopAttempt()`: an uncounted retry, its record rewritten by the usual
 // `operationWillWait`), waiting for those records at most the run's grace period. A slot the
@@ -12,26 +13,37 @@ import RetryingOperation
 
 extension PersistentOperationQueue {
     /// Runs due work until `deadline`, until the returned run is stopped, or until nothing
-    /// more can start before the deadline — then suspends the queue. See ``BoundedRun``.
+    /// more can start before the deadline or within `idleLimit` — then suspends the queue.
+    /// See ``BoundedRun``.
     ///
     /// The queue is resumed (`isSuspended = false`) when the run starts and suspended when it
     /// ends: after it, nothing starts until you resume the queue or start another run. Call it
     /// after ``restore()``.
     ///
     /// ```swift
-    /// let run = queue.startBoundedRun(until: Date().addingTimeInterval(25))
+    /// let run = queue.startBoundedRun(until: .distantFuture)   // until stopped, or idle
     /// task.expirationHandler = { run.stop() }
     /// let report = await run.report
     /// ```
     ///
     /// - Parameters:
     ///   - deadline: When the run ends at the latest, on the queue's clock
-    ///     (``Configuration/scheduler``); `.distantFuture` to run until stopped or drained.
+    ///     (``Configuration/scheduler``); `.distantFuture` to run until stopped or idle.
+    ///   - idleLimit: The run ends, ``BoundedRunReport/Ending-swift.enum/drained`` or
+    ///     ``BoundedRunReport/Ending-swift.enum/blocked``, as soon as no attempt runs or waits
+    ///     for a slot and nothing can start within this many seconds (on the queue's clock),
+    ///     even before `deadline`; `.infinity` to look as far as the deadline. Not negative.
+    ///     Default: ``BoundedRun/defaultIdleLimit`` (30 seconds).
     ///   - stopGracePeriod: How long, at most, the end of the run waits (in real time) for the
     ///     attempts it stops to end and their records to be saved before the report is made.
-    ///     Default: 1 second.
-    public func startBoundedRun(until deadline: Date, stopGracePeriod: TimeInterval = 1) -> BoundedRun {
-        let run = BoundedRun(queue: self, deadline: deadline, stopGracePeriod: stopGracePeriod, startedAt: timer.now)
+    ///     Default: ``BoundedRun/defaultStopGracePeriod`` (1 second).
+    public func startBoundedRun(
+        until deadline: Date,
+        idleLimit: TimeInterval = BoundedRun.defaultIdleLimit,
+        stopGracePeriod: TimeInterval = BoundedRun.defaultStopGracePeriod
+    ) -> BoundedRun {
+        precondition(idleLimit >= 0, "a bounded run's idle limit must not be negative (or NaN)")
+        let run = BoundedRun(queue: self, deadline: deadline, idleLimit: idleLimit, stopGracePeriod: stopGracePeriod, startedAt: timer.now)
         let key = ObjectIdentifier(run)
         guard state.withLock({ !$0.isClosed }) else {
             run.end(.queueClosed)
@@ -63,14 +75,19 @@ extension PersistentOperationQueue {
         return run
     }
 
-    /// Runs due work until `deadline`, or until the awaiting task is cancelled, and returns
-    /// the report: ``startBoundedRun(until:stopGracePeriod:)`` for async code.
+    /// Runs due work until `deadline`, until nothing can start before it or within
+    /// `idleLimit`, or until the awaiting task is cancelled, and returns the report:
+    /// ``startBoundedRun(until:idleLimit:stopGracePeriod:)`` for async code.
     ///
     /// ```swift
     /// let report = await queue.run(until: Date().addingTimeInterval(25))
     /// ```
-    public func run(until deadline: Date, stopGracePeriod: TimeInterval = 1) async -> BoundedRunReport {
-        let run = startBoundedRun(until: deadline, stopGracePeriod: stopGracePeriod)
+    public func run(
+        until deadline: Date,
+        idleLimit: TimeInterval = BoundedRun.defaultIdleLimit,
+        stopGracePeriod: TimeInterval = BoundedRun.defaultStopGracePeriod
+    ) async -> BoundedRunReport {
+        let run = startBoundedRun(until: deadline, idleLimit: idleLimit, stopGracePeriod: stopGracePeriod)
         return await withTaskCancellationHandler {
             await run.report
         } onCancel: {
@@ -90,19 +107,40 @@ extension PersistentOperationQueue {
         }
     }
 
+    /// Ends `run` when nothing more can start before its horizon: the earlier of its deadline
+    /// and its idle limit from now.
     private func checkDrained(_ run: BoundedRun) {
-        if hasNothingDue(before: run.deadline) { run.end(.drained) }
+        let now = timer.now
+        let horizon = run.idleLimit.isFinite ? min(run.deadline, now.addingTimeInterval(run.idleLimit)) : run.deadline
+        guard hasNothingDue(before: horizon, now: now) else { return }
+        run.end(blockedOperationCount() > 0 ? .blocked : .drained)
     }
 
     /// Whether nothing runs or waits for a slot, and nothing waiting on a date becomes due
     /// before `deadline`. Operations waiting for prerequisites or run conditions do not count.
-    func hasNothingDue(before deadline: Date) -> Bool {
-        let now = timer.now
-        return state.withLock { state -> Bool in
+    func hasNothingDue(before deadline: Date, now: Date) -> Bool {
+        state.withLock { state -> Bool in
             if state.slotsInQueue > 0 { return false }
             return !state.entries.values.contains { entry in
                 if case .running = entry.phase { return true }
                 return Self.startsByTime(entry, by: deadline, now: now)
+            }
+        }
+    }
+
+    /// How many entries are due but wait for something other than time: a run condition, or a
+    /// retry helper that is not a timer. Entries waiting for prerequisites are not counted.
+    private func blockedOperationCount() -> Int {
+        state.withLock { state in
+            state.entries.values.reduce(0) { count, entry in
+                switch entry.phase {
+                case .waitingForConditions:
+                    return count + 1
+                case .waitingToRetry where entry.pendingAdmission == nil && entry.record.nextAttemptAt == nil:
+                    return count + 1
+                default:
+                    return count
+                }
             }
         }
     }
@@ -153,6 +191,7 @@ extension PersistentOperationQueue {
         report.stopped = stopped.sorted().map { PersistentOperationID(record: $0) }
         report.stillRunning = stillRunning.sorted().map { PersistentOperationID(record: $0) }
         report.dueOperations = dueOperationCount()
+        report.blockedOperations = blockedOperationCount()
         report.nextDueDate = nextDueDate
         if !report.stillRunning.isEmpty {
             // Their records stay pending and run again if the app is killed meanwhile: the next

@@ -46,6 +46,7 @@ extension PersistentOperationQueue {
             return queueOrHoldRefilling(&entry, in: &state, window: window)
         }
         for slot in slots { operationQueue.addOperation(slot) }
+        noteRunProgress()   // it may have parked under a condition: a run waiting for it may end
     }
 
     /// Under the lock: `queueOrHold`, and stores the entry. When that gave it no slot while

@@ -45,11 +45,25 @@ package struct StoreLayout: Sendable {
     /// The store directory.
     package let root: String
 
-    /// Creates the layout of the store at `directory`.
+    /// Creates the layout of the store at `directory`. A `directory` that is a symbolic link
+    /// to a directory stands for the directory it names (resolved once, here); a link to
+    /// anything else is left as it is, for ``createDirectories(fileSystem:)`` to refuse.
     package init(directory: URL) {
         var root = directory.standardizedFileURL.path
         while root.count > 1, root.hasSuffix("/") { root.removeLast() }
-        self.root = root
+        self.root = Self.resolvingLinkToDirectory(root)
+    }
+
+    /// `path` with its symbolic links resolved when it is a symbolic link to a directory;
+    /// otherwise `path`.
+    private static func resolvingLinkToDirectory(_ path: String) -> String {
+        var link = stat()
+        var isDirectory: ObjCBool = false
+        guard Foundation.lstat(path, &link) == 0, link.st_mode & S_IFMT == S_IFLNK,
+              FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue,
+              let resolved = realpath(path, nil) else { return path }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 
     /// The path of `area`.
@@ -116,6 +130,19 @@ package struct StoreLayout: Sendable {
         let url = URL(fileURLWithPath: path)
         do {
             if let status = try? fileSystem.linkStatus(path) {
+                if status.kind == .symbolicLink {
+                    // A link to a directory was resolved by `init`: this one is dangling or
+                    // names something else.
+                    let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: path)) ?? "?"
+                    let isDangling = !FileManager.default.fileExists(atPath: path)
+                    throw PersistenceError(
+                        .directoryUnavailable,
+                        isDangling
+                            ? "A store directory path is a symbolic link to \(target), which does not exist; create that directory, or remove the link."
+                            : "A store directory path is a symbolic link to \(target), which is not a directory; point the link at a directory, or choose another store directory.",
+                        fileURL: url
+                    )
+                }
                 guard status.kind == .directory else {
                     throw PersistenceError(
                         .directoryUnavailable,

@@ -78,6 +78,9 @@ func describe(_ result: Result<String, RenderError>?) -> String {
  ## Making it retryable
 
  Conform the class to `RetryableOperation` in an extension. Two questions to answer:
+ (`ThumbnailOperation` is final, so `Self(…)` builds the copy. A framework's class is
+ `open`, its initializer not `required`: conform a final subclass of it instead, whose
+ `operationForRetrying()` returns the subclass — see the README.)
 
  - `retryHelpers(from:)`, asked after each run: `nil` to stop (success, or an error that
    retrying cannot fix), or the retry helpers to wait for before the next run — here a
