@@ -314,7 +314,7 @@ struct BackgroundDocumentationTests {
         // A task without network: the refresh runs, the messages cannot. Not a success, and
         // the next run is asked for at once (it waits for the network)
         let offline = BGTaskScheduler.shared.launch("com.example.uploads")
-        try #require(try await eventually { offline.completedWithSuccess != nil })
+        try #require(try await eventually(seconds: 40) { offline.completedWithSuccess != nil })
         #expect(offline.completedWithSuccess == false)
         #expect(BGTaskScheduler.shared.submitted.last == .init(identifier: "com.example.uploads", earliestBeginDate: start, requiresNetworkConnectivity: true))
         #expect(RefreshCatalogue.log.withLock { $0.contains("us isRetry=false") })
@@ -325,7 +325,7 @@ struct BackgroundDocumentationTests {
         network.isSatisfied = true
         #expect(try await eventually { queue.operations().allSatisfy { $0.state != .waitingForConditions } })
         let online = BGTaskScheduler.shared.launch("com.example.uploads")
-        try #require(try await eventually { online.completedWithSuccess != nil })
+        try #require(try await eventually(seconds: 40) { online.completedWithSuccess != nil })
         #expect(online.completedWithSuccess == true)
         #expect(BGTaskScheduler.shared.submitted.last?.earliestBeginDate == start.addingTimeInterval(900))
         #expect(fixture.lines.count == 2)
@@ -335,7 +335,7 @@ struct BackgroundDocumentationTests {
         let expiring = BGTaskScheduler.shared.launch("com.example.uploads")
         #expect(try await eventually { LargeUpload.log.withLock { $0.contains("VID_0301.mov isRetry=false") } })
         expiring.expire()
-        try #require(try await eventually { expiring.completedWithSuccess != nil })
+        try #require(try await eventually(seconds: 40) { expiring.completedWithSuccess != nil })
         #expect(expiring.completedWithSuccess == false)
         #expect(BGTaskScheduler.shared.submitted.last?.earliestBeginDate == clock.now)
         #expect(BGTaskScheduler.shared.submitted.count == 3)

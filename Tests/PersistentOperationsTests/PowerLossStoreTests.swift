@@ -137,14 +137,6 @@ struct PowerLossStoreTests {
     }
 
     @Test(
-        .disabled("""
-            Fails with today's store: a record whose moveToFailed is cut by a power loss after \
-            its rename from pending/ to failed/ and before failed/ is synced can be lost, when \
-            the file system keeps the rename's removal from pending/ without its arrival in \
-            failed/ (and can be in both areas when it keeps the arrival without the removal). \
-            Journaling file systems (ext4, XFS, btrfs, APFS) keep a rename whole; the test \
-            above, which models them, passes. The journal makes the move one frame.
-            """),
         arguments: [0x0022_B10C, 7, 1_234_567] as [UInt64]
     )
     func noAcknowledgedChangeIsLostWhenRenamesBetweenDirectoriesAreNotAtomic(workloadSeed: UInt64) throws {

@@ -312,18 +312,53 @@ package final class RecordStore: Sendable {
         try moveEntry(StoreLayout.fileName(ofRecord: id), from: source, to: destination, as: StoreLayout.fileName(ofRecord: id))
     }
 
-    /// Renames any entry to `newName` in another area and syncs both areas.
+    /// Moves any entry to `newName` in another area: its name in `source` made durable, a
+    /// second name in `destination` made durable, then the first name removed and that
+    /// removal made durable.
+    ///
+    /// Not a plain `rename(2)`: a rename between two directories changes both, and a file
+    /// system that does not keep it whole across a power cut (journaling ones do) may keep the
+    /// removal from `source` without the arrival in `destination`, losing the entry. Linked
+    /// first, the entry is in `destination` durably before it leaves `source`; a cut in between
+    /// leaves it in both, and the next load finishes the move (the entry in `source` says where
+    /// it belongs). Where the file system has no hard links, or `destination` already has the
+    /// name (that left-over copy), the move is a rename, safe then: a copy is already in place.
     func moveEntry(_ name: String, from source: StoreLayout.Area, to destination: StoreLayout.Area, as newName: String) throws {
         let sourcePath = layout.path(ofEntry: name, in: source)
         let destinationPath = layout.path(ofEntry: newName, in: destination)
+        let fileSystem = configuration.fileSystem
+        // The entry's name in `source` may be a rewrite renamed into place just before (as
+        // `moveToFailed` does), not yet durable: it must be before the entry gets its second
+        // name, or a cut could keep the new name in `destination` and the old file in `source`.
+        try synchronize(source, changing: sourcePath)
+        var linked = true
         do {
-            try configuration.fileSystem.rename(sourcePath, destinationPath)
+            try fileSystem.link(sourcePath, destinationPath)
+        } catch let error as SystemCallError where [EEXIST, EPERM, ENOTSUP, EOPNOTSUPP, EXDEV, EMLINK].contains(error.code) {
+            linked = false
         } catch {
             try checkAreaExists(source)
             try checkAreaExists(destination)
             throw writeFailed("Could not move the entry to the \(destination.rawValue) area; it is unchanged.", path: sourcePath, error: error)
         }
+        if !linked {
+            do {
+                try fileSystem.rename(sourcePath, destinationPath)
+            } catch {
+                try checkAreaExists(source)
+                try checkAreaExists(destination)
+                throw writeFailed("Could not move the entry to the \(destination.rawValue) area; it is unchanged.", path: sourcePath, error: error)
+            }
+        }
         try synchronize(destination, changing: destinationPath)
+        if linked {
+            do {
+                try fileSystem.unlink(sourcePath)
+            } catch {
+                try checkAreaExists(source)
+                throw writeFailed("The entry was copied to the \(destination.rawValue) area but could not leave the \(source.rawValue) area; the next open finishes the move.", path: sourcePath, error: error)
+            }
+        }
         try synchronize(source, changing: sourcePath)
     }
 
