@@ -42,7 +42,7 @@ package enum CRC32 {
     ///
     /// ```swift
     /// let whole = CRC32.checksum(of: Array("123456789".utf8))
-    /// CRC32.checksum(of: Array("6789".utf8), continuing: CRC32.checksum(of: Array("12345".utf8))) == whole // true
+    /// assert(CRC32.checksum(of: Array("6789".utf8), continuing: CRC32.checksum(of: Array("12345".utf8))) == whole)
     /// ```
     package static func checksum<Bytes: Sequence>(of bytes: Bytes, continuing previous: UInt32) -> UInt32 where Bytes.Element == UInt8 {
         let initial = previous ^ 0xFFFF_FFFF

@@ -15,8 +15,9 @@ extension JournalFrame {
     /// A batch frame holding `parts` (such as the records of one `addOperations`).
     ///
     /// ```swift
-    /// let frame = JournalFrame.batch([first, second])
-    /// try frame.batchParts() // [first, second]
+    /// let parts = [Data("first record".utf8), Data("second record".utf8)]
+    /// let frame = JournalFrame.batch(parts)
+    /// let read = try frame.batchParts()   // == parts
     /// ```
     package static func batch(_ parts: [Data]) -> JournalFrame {
         var header: [UInt8] = []

@@ -43,10 +43,12 @@ import Foundation
 /// the top of this file.
 ///
 /// ```swift
+/// let salt = JournalSegment.newSalt()
+/// let recordBytes = Data("a record".utf8)
 /// var segment = JournalSegment.header(salt: salt, number: 1)
 /// try JournalFrame(kind: .put, body: recordBytes).append(to: &segment, salt: salt)
 /// let scan = try JournalSegment.scan(segment)
-/// scan.frames.map(\.frame) // [JournalFrame(kind: .put, body: recordBytes)]
+/// assert(scan.frames.map(\.frame) == [JournalFrame(kind: .put, body: recordBytes)])
 /// ```
 package struct JournalFrame: Sendable, Equatable {
     /// What a frame does to the store. A new kind needs a new segment format version: a

@@ -62,7 +62,7 @@ import Foundation
 /// ```swift
 /// let salt = JournalSegment.newSalt()
 /// var segment = JournalSegment.header(salt: salt, number: 7)
-/// try JournalFrame(kind: .put, body: record).append(to: &segment, salt: salt)
+/// try JournalFrame(kind: .put, body: Data("a record".utf8)).append(to: &segment, salt: salt)
 /// let scan = try JournalSegment.scan(segment)
 /// // scan.frames: the frames that verified, in order; scan.corruptRegions: bytes to
 /// // quarantine; scan.tornTail: where to truncate

@@ -7,10 +7,11 @@ import Foundation
 /// the segment exactly once, in order.
 ///
 /// ```swift
+/// let bytes = JournalSegment.header(salt: JournalSegment.newSalt(), number: 1)
 /// let scan = try JournalSegment.scan(bytes)
-/// for located in scan.frames { apply(located.frame) }
-/// for region in scan.corruptRegions { quarantine(bytes[region.range], reason: region.reason) }
-/// if let tail = scan.tornTail, scan.header != nil { truncate(to: tail.offset) }
+/// for located in scan.frames { print("apply", located.frame.kind) }
+/// for region in scan.corruptRegions { print("quarantine", bytes[region.range].count, "bytes:", region.reason) }
+/// if let tail = scan.tornTail, scan.header != nil { print("truncate to", tail.offset) }
 /// ```
 package struct JournalSegmentScan: Sendable, Equatable {
     /// A frame that verified, and where it starts in the segment.

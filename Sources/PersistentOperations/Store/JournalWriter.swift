@@ -34,9 +34,12 @@ import Darwin
 ///   the store starts a new segment.
 ///
 /// ```swift
-/// let writer = JournalWriter(descriptor: descriptor, path: path, end: size, fileSystem: .system)
-/// try writer.append(frame, durability: .flushed)    // durable when it returns
-/// try writer.append(removal, durability: .written)  // flushed with the next, or soon
+/// let path = directory.appendingPathComponent("00000001.segment").path
+/// let descriptor = try FileSystem.system.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+/// let writer = JournalWriter(descriptor: descriptor, path: path, end: 0, fileSystem: .system)
+/// defer { writer.close() }
+/// try writer.append(Data("a record".utf8), durability: .flushed)   // durable when it returns
+/// try writer.append(Data("a removal".utf8), durability: .written)  // flushed with the next, or soon
 /// ```
 ///
 /// Thread safety: any thread may call any method. Writes happen under the writer's lock, one
