@@ -66,6 +66,10 @@ import Foundation
 /// | any other queue | a background thread (the retry scheduler's, or the one that ended the wait) |
 /// | `start()` by hand | the thread that called `start()`, which `start()` keeps until the operation finishes, as `start()` of any synchronous `Operation` does |
 ///
+/// (On Linux the main queue runs on the main thread while that thread turns the main run loop,
+/// `RunLoop.main.run()`; after `dispatchMain()`, Linux's libdispatch drains the main queue on
+/// another thread — for plain operations and blocks too.)
+///
 /// So every attempt of a synchronous operation on the main queue may update the UI, and a wait
 /// on a serial underlying queue lets the queue's other work run meanwhile. `OperationQueue.current`
 /// is the queue during the first attempt only (and the main queue on the main thread): a retry
