@@ -257,7 +257,7 @@ extension JournalStore {
         }
     }
 
-    /// Creates a directory of the store (0700) when it is missing.
+    /// Creates a directory of the store (0700) when it is missing, and its missing parents.
     private static func createDirectory(_ path: String, configuration: Configuration) throws {
         let fileSystem = configuration.fileSystem
         do {
@@ -267,9 +267,13 @@ extension JournalStore {
                 }
                 return
             }
+            let parent = (path as NSString).deletingLastPathComponent
+            if parent != path, (try? fileSystem.linkStatus(parent)) == nil {
+                try createDirectory(parent, configuration: configuration)
+            }
             try fileSystem.makeDirectory(path, StoreLayout.directoryPermissions)
             try fileSystem.setPathPermissions(path, StoreLayout.directoryPermissions)
-            if configuration.flushes { try fileSystem.synchronizeDirectory((path as NSString).deletingLastPathComponent) }
+            if configuration.flushes { try fileSystem.synchronizeDirectory(parent) }
         } catch let error as PersistenceError {
             throw error
         } catch {
