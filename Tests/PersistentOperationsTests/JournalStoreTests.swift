@@ -136,6 +136,7 @@ struct JournalStoreTests {
 
         // Then the tail is cut off and reported, and the three records are there
         #expect(store.openReport.truncatedBytes == torn.count / 2)
+        #expect(store.openReport.quarantined.map { $0.reason.hasPrefix("torn tail") } == [true])
         #expect(try Data(contentsOf: URL(fileURLWithPath: segment)) == intact)
         #expect(Set(try store.loadPending().records.map(\.id)) == Set(records.map(\.id)))
         // And a record added now survives the next open
@@ -207,6 +208,37 @@ struct JournalStoreTests {
         #expect(store.pendingCount == 2)
         #expect(store.openReport.quarantined.count == 1)
         #expect(store.openReport.quarantined.first?.reason.contains("put frame") == true)
+    }
+
+    @Test
+    func aRecordOfANewerFormatIsKeptAndTheStoreOpensReadOnly() throws {
+        // Given a journal holding a verified frame whose record names record format 9
+        let directory = try TemporaryDirectory()
+        let records = try (1...2).map { try makeRecord(index: $0) }
+        do {
+            let store = try JournalStore(directory: directory.store)
+            try store.add(records[0])
+            var newer = try RecordFormat.encode(records[1])
+            newer[9] = 9
+            let salt = try #require(store.state.withLock { $0.active?.salt })
+            try #require(store.state.withLock { $0.active?.writer }).append(try JournalFrame(kind: .put, body: newer).encoded(salt: salt), durability: .flushed)
+            store.close()
+        }
+        let before = try Self.segmentPaths(in: directory).map { try Data(contentsOf: URL(fileURLWithPath: $0)) }
+
+        // When it is opened
+        let store = try JournalStore(directory: directory.store)
+        defer { store.close() }
+
+        // Then the readable record is there, the newer one is reported as skipped, and the
+        // store refuses changes and changed nothing on disk
+        #expect(try store.readPending(id: records[0].id) == records[0])
+        #expect(store.openReport.skipped.map(\.code) == [.unsupportedFormatVersion])
+        #expect(!store.isWritable)
+        #expect {
+            try store.add(try makeRecord(index: 3))
+        } throws: { ($0 as? PersistenceError)?.code == .storeNotWritable }
+        #expect(try Self.segmentPaths(in: directory).map { try Data(contentsOf: URL(fileURLWithPath: $0)) } == before)
     }
 
     @Test

@@ -8,8 +8,7 @@ import Darwin
 
 // Opening the journal: every segment in (number, generation) order, one sequential read each,
 // its frames applied in order to the index. Then:
-// - damaged bytes (a corrupt region, a torn tail of a sealed segment, a record that does not
-//   decode) are copied to `<root>/quarantine/journal-<segment>-<offset>.bytes`, with a
+// - damaged bytes (a corrupt region, a torn tail, a record that does not decode) are copied to `<root>/quarantine/journal-<segment>-<offset>.bytes`, with a
 //   `.reason` file beside them, and reported; a corrupt frame never hides a neighbour, since
 //   the scan finds every intact frame after damage;
 // - the torn tail of the last segment is cut off (its bytes quarantined first) and the writer
@@ -76,7 +75,7 @@ extension JournalStore {
             for region in scan.corruptRegions {
                 report.quarantined.append(quarantine.keep(bytes[region.range], segment: name, offset: region.offset, reason: region.reason))
             }
-            if let tail = scan.tornTail, name != segments.last {
+            if let tail = scan.tornTail {
                 report.quarantined.append(quarantine.keep(bytes[tail.range], segment: name, offset: tail.offset, reason: "torn tail: " + tail.reason))
             }
             if name == segments.last { lastScan = (name, scan, bytes.count) }
@@ -174,9 +173,6 @@ extension JournalStore {
             do {
                 let descriptor = try fileSystem.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0)
                 if let tail = last.scan.tornTail {
-                    if let bytes = try? state.segments[last.name]?.read(count: tail.count, at: Int64(tail.offset)) {
-                        report.quarantined.append(quarantine.keep(bytes, segment: last.name, offset: tail.offset, reason: "torn tail: " + tail.reason))
-                    }
                     do {
                         try fileSystem.truncate(descriptor, Int64(end))
                         if configuration.flushes { try fileSystem.synchronizeData(descriptor) }

@@ -289,12 +289,18 @@ package final class JournalStore: Sendable {
         return report
     }
 
-    /// Every failed record, in run order.
+    /// Every failed record, in run order; records that can no longer be read are reported.
     package func loadFailed() throws -> LoadReport {
         var report = LoadReport()
         let ids = state.withLock { state in state.index.entries.filter { $0.value.area == .failed }.map(\.key) }
         for id in ids {
-            if let record = try? read(uuid: id, in: .failed) { report.records.append(record) }
+            do {
+                report.records.append(try read(uuid: id, in: .failed))
+            } catch let error as PersistenceError where error.code == .recordNotFound {
+                continue
+            } catch let error as PersistenceError where error.code == .corruptRecord || error.code == .readFailed {
+                report.quarantined.append(.init(name: id.uuidString, reason: error.message, code: error.code))
+            }
         }
         report.sortRecords()
         return report

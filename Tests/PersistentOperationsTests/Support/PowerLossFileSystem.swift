@@ -42,8 +42,9 @@ import Darwin
 /// call (counting every call through the file system) runs; ``cuts`` collects them.
 ///
 /// Descriptors are numbers from 2^30 up, so that a call that bypasses the seam with one (the
-/// store lock's `ftruncate`) fails with `EBADF` instead of touching a real file. `syncfs` (``FileSystem/synchronizeFileSystem`` is `nil`), symbolic links and `..` in paths
-/// are not modelled; `flock` is an in-process lock per file, exclusive in every mode.
+/// store lock's `ftruncate`) fails with `EBADF` instead of touching a real file. `syncfs`
+/// (``FileSystem/synchronizeFileSystem`` is `nil`), symbolic links and `..` in paths are not
+/// modelled; `flock` is an in-process lock per file, exclusive in every mode.
 ///
 /// Thread safety: every call may come from any thread; the state is behind one lock.
 final class PowerLossFileSystem: Sendable {
