@@ -2,6 +2,12 @@ import Foundation
 import Testing
 @testable import PersistentOperations
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Compaction of the journal: it shrinks the journal to its live records, loses nothing while
 /// changes go on, and a change made while it copies keeps its meaning.
 @Suite(.timeLimit(.minutes(1)))
@@ -169,6 +175,47 @@ struct JournalCompactionTests {
         defer { reopened.close() }
         #expect(reopened.pendingCount == 1)
         #expect(try reopened.readPending(id: other.id) == other)
+    }
+
+    @Test
+    func aFullDiskDuringCompactionLosesNothing() throws {
+        // Given a journal whose disk fills up while compaction writes its new segment
+        let directory = try TemporaryDirectory()
+        let isFull = Locked(true)
+        let compactionDescriptors = Locked<Set<Int32>>([])
+        var fileSystem = FileSystem.system
+        fileSystem.open = { path, flags, mode in
+            let descriptor = try FileSystem.system.open(path, flags, mode)
+            if path.hasSuffix(JournalSegmentName.temporaryFileName) { compactionDescriptors.withLock { _ = $0.insert(descriptor) } }
+            return descriptor
+        }
+        fileSystem.writeAt = { descriptor, bytes, offset in
+            if isFull.withLock({ $0 }), compactionDescriptors.withLock({ $0.contains(descriptor) }) {
+                throw SystemCallError("pwrite", code: ENOSPC)
+            }
+            return try FileSystem.system.writeAt(descriptor, bytes, offset)
+        }
+        let configuration = JournalStore.Configuration(compactsAutomatically: false, fileSystem: fileSystem)
+        let store = try JournalStore(directory: directory.store, configuration: configuration)
+        let records = try (0..<3).map { try makeRecord(index: $0) }
+        for record in records { try store.add(record) }
+        try store.removePending(id: records[0].id)
+
+        // When it compacts
+        #expect(throws: PersistenceError.self) { try store.compact() }
+
+        // Then nothing is lost, no temporary file is left, and the store goes on: a later
+        // compaction, with room on the disk, succeeds
+        #expect(store.pendingCount == 2)
+        #expect(!FileManager.default.fileExists(atPath: directory.path("journal", JournalSegmentName.temporaryFileName)))
+        try store.add(try makeRecord(index: 3))
+        isFull.withLock { $0 = false }
+        try store.compact()
+        store.close()
+        let reopened = try JournalStore(directory: directory.store, configuration: configuration)
+        defer { reopened.close() }
+        #expect(reopened.pendingCount == 3)
+        #expect(try reopened.readPending(id: records[1].id) == records[1])
     }
 
     @Test
