@@ -71,6 +71,12 @@ package final class JournalStore: Sendable {
     }
 
     /// Settings of a journal store.
+    ///
+    /// ```swift
+    /// let settings = JournalStore.Configuration(durability: .processCrash, strictRemovals: true)
+    /// let journal = try JournalStore(directory: directory, configuration: settings)
+    /// journal.close()
+    /// ```
     package struct Configuration: Sendable {
         /// The default size past which the active segment is sealed and a new one started: 4 MiB.
         package static let defaultSegmentSize = 4 << 20
@@ -122,6 +128,12 @@ package final class JournalStore: Sendable {
     }
 
     /// What open found that was not a usable record.
+    ///
+    /// ```swift
+    /// let journal = try JournalStore(directory: directory)
+    /// for entry in journal.openReport.quarantined { log("\(entry.name): \(entry.reason)") }
+    /// journal.close()
+    /// ```
     package struct OpenReport: Sendable {
         /// Damaged bytes copied to the quarantine area (and records that did not decode).
         package var quarantined: [LoadReport.Entry] = []
