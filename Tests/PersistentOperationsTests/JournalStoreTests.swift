@@ -325,6 +325,56 @@ struct JournalStoreTests {
     }
 
     @Test
+    func aRemovalAskedToSynchronizeIsFlushedBeforeItReturns() throws {
+        // Given a store whose removals ride along, with its flushes counted
+        let directory = try TemporaryDirectory()
+        let flushes = Locked(0)
+        var fileSystem = FileSystem.system
+        fileSystem.synchronizeData = { descriptor in
+            flushes.withLock { $0 += 1 }
+            try FileSystem.system.synchronizeData(descriptor)
+        }
+        let store = try JournalStore(directory: directory.store, configuration: .init(flushDelay: 10, fileSystem: fileSystem))
+        defer { store.close() }
+        let records = try (1...2).map { try makeRecord(index: $0) }
+        for record in records { try store.add(record) }
+
+        // When one removal rides along and the other asks to be synchronized
+        let before = flushes.withLock { $0 }
+        try store.removePending(id: records[0].id)
+        let afterRidingAlong = flushes.withLock { $0 }
+        try store.removePending(id: records[1].id, synchronizes: true)
+
+        // Then only the second flushed, and it flushed both
+        #expect(afterRidingAlong == before)
+        #expect(flushes.withLock { $0 } == before + 1)
+    }
+
+    @Test
+    func everyFailedRecordCanBeRequeuedOrPurgedAtOnce() throws {
+        // Given four failed records
+        let directory = try TemporaryDirectory()
+        let store = try JournalStore(directory: directory.store)
+        defer { store.close() }
+        let records = try (1...4).map { try makeRecord(index: $0) }
+        for record in records {
+            try store.add(record)
+            _ = try store.moveToFailed(record, reason: "no")
+        }
+
+        // When all are re-queued, two fail again, and all failed ones are purged
+        let requeued = try store.requeueAllFailed()
+        for record in requeued.prefix(2) { _ = try store.moveToFailed(record, reason: "again") }
+        let purged = try store.purgeAllFailed()
+
+        // Then two are pending, in run order, and none is failed
+        #expect(requeued.map(\.id) == records.map(\.id))
+        #expect(purged == 2)
+        #expect(try store.loadPending().records.map(\.id) == records.suffix(2).map(\.id))
+        #expect(store.failedCount == 0)
+    }
+
+    @Test
     func theProcessCrashLevelNeverFlushes() throws {
         // Given a store at the process-crash level, whose flushes of every kind are counted
         let directory = try TemporaryDirectory()

@@ -51,13 +51,15 @@ extension JournalStore {
     /// Removes a pending record, after its operation succeeded or was cancelled.
     ///
     /// The removal is written before this returns (a process crash keeps it) and flushed by
-    /// the next change's flush or within ``Configuration/flushDelay``, unless
-    /// ``Configuration/strictRemovals`` asks for it to be flushed before this returns.
+    /// the next change's flush or within ``Configuration/flushDelay``, unless `synchronizes`
+    /// or ``Configuration/strictRemovals`` asks for it to be flushed before this returns (as
+    /// `RecordStore.removePending(id:synchronizes:)` does for a dependent that must never
+    /// outlive its prerequisite on disk).
     ///
     /// - Throws: ``PersistenceError/Code/recordNotFound``, ``PersistenceError/Code/writeFailed``.
-    package func removePending(id: String) throws {
+    package func removePending(id: String, synchronizes: Bool = false) throws {
         guard let uuid = Self.uuid(id) else { throw notFound(id, in: .pending) }
-        try commitRemoval(uuid, flushes: configuration.strictRemovals) { state in
+        try commitRemoval(uuid, flushes: synchronizes || configuration.strictRemovals) { state in
             guard state.index.entries[uuid]?.area == .pending else { throw self.notFound(id, in: .pending) }
         }
     }
@@ -107,6 +109,20 @@ extension JournalStore {
         try commitRemoval(uuid, flushes: configuration.strictRemovals) { state in
             guard state.index.entries[uuid]?.area == .failed else { throw self.notFound(id, in: .failed) }
         }
+    }
+
+    /// Re-queues every failed record (see ``requeueFailed(id:)``) and returns them in run order.
+    package func requeueAllFailed() throws -> [OperationRecord] {
+        let report = try loadFailed()
+        return try report.records.map { try requeueFailed(id: $0.id) }.sorted(by: OperationRecord.runsBefore)
+    }
+
+    /// Deletes every failed record and returns how many were deleted.
+    @discardableResult
+    package func purgeAllFailed() throws -> Int {
+        let ids = state.withLock { state in state.index.entries.filter { $0.value.area == .failed }.map(\.key) }
+        for id in ids { try purgeFailed(id: id.uuidString) }
+        return ids.count
     }
 
     // MARK: Machinery
