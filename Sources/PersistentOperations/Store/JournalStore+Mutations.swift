@@ -142,20 +142,22 @@ extension JournalStore {
 
     /// Writes `records` as one frame of `kind` (a batch frame holds several) and indexes them.
     private func commit(_ kind: JournalFrame.Kind, _ records: [OperationRecord], flushes: Bool, check: (inout State) throws -> Void) throws {
+        let ids = try records.map { try identifier($0.id) }
         let encoded = try records.map { try RecordFormat.encode($0, maximumSize: configuration.maximumRecordSize) }
         let frame = kind == .batch ? JournalFrame.batch(encoded) : JournalFrame(kind: kind, body: encoded[0])
         try append(frame, flushes: flushes, check: check) { state, segment, offset, size in
             if kind == .batch {
                 var partOffset = offset + Int64(JournalFrame.headerSize) + 4
-                for (record, bytes) in zip(records, encoded) {
+                for (index, record) in records.enumerated() {
+                    let bytes = encoded[index]
                     let location = JournalIndex.Location(segment: segment, offset: partOffset + 4, length: Int32(bytes.count), isFrame: false)
-                    state.index.set(try! identifier(record.id), .init(area: .pending, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority))
+                    state.index.set(ids[index], .init(area: .pending, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority))
                     partOffset += 4 + Int64(bytes.count)
                 }
             } else {
                 let location = JournalIndex.Location(segment: segment, offset: offset, length: Int32(size), isFrame: true)
                 let record = records[0]
-                state.index.set(try! identifier(record.id), .init(area: kind == .put ? .pending : .failed, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority))
+                state.index.set(ids[0], .init(area: kind == .put ? .pending : .failed, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority))
             }
             for record in records {
                 state.lastEnqueueSequence = max(state.lastEnqueueSequence, record.enqueueSequence)
