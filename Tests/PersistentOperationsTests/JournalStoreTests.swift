@@ -286,7 +286,7 @@ struct JournalStoreTests {
         // Then a lifecycle costs at most one flush
         #expect(serialFlushes <= serial)
 
-        // And when 8 threads each add and remove 100, far fewer flushes run
+        // And when 8 threads each add and remove 100, far fewer flushes run than lifecycles
         flushes.withLock { $0 = 0 }
         runOnThreads(8) { thread in
             for index in 0..<100 {
@@ -296,7 +296,9 @@ struct JournalStoreTests {
             }
         }
         let concurrentFlushes = flushes.withLock { $0 }
-        #expect(concurrentFlushes < 800)
+        // (Measured here: 191 to 196 flushes; under Thread Sanitizer, which slows every thread
+        // down, 340 and 798, so there the bound is one flush per lifecycle.)
+        #expect(concurrentFlushes <= (isRunningUnderThreadSanitizer ? 800 : 600))
         #expect(store.pendingCount == 0)
         print("journal flushes: \(serialFlushes) for \(serial) serial add-remove lifecycles, \(concurrentFlushes) for 800 on 8 threads")
     }
