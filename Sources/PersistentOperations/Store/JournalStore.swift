@@ -38,7 +38,10 @@ import Darwin
 // (every later change throws): what was written since the last good flush cannot be trusted.
 //
 // Newer formats. A segment whose header names a newer format version makes open throw
-// ``PersistenceError/Code/unsupportedFormatVersion``, and nothing is changed on disk. A record
+// ``PersistenceError/Code/unsupportedFormatVersion``, and nothing is changed on disk. A frame
+// of a kind this version does not know cannot be in a version 1 segment (a new kind comes
+// with a new segment format version), so the scan reports it as damage, and it is quarantined
+// like any corrupt frame. An `attempt` frame (crash evidence) is read and ignored for now. A record
 // of a newer record format inside a valid frame is kept where it is and reported as skipped,
 // and the store opens read-only (every change throws ``PersistenceError/Code/storeNotWritable``):
 // compaction could not copy what it cannot read, and a newer library may rely on frames this
