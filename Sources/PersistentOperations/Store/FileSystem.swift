@@ -19,6 +19,9 @@ package struct FileSystem: Sendable {
     package var close: @Sendable (_ descriptor: Int32) throws -> Void
     /// `read(2)`; returns the number of bytes read, 0 at the end of the file.
     package var read: @Sendable (_ descriptor: Int32, _ buffer: UnsafeMutableRawBufferPointer) throws -> Int
+    /// `pread(2)`: reads at `offset`, whatever the descriptor's file offset; returns the number
+    /// of bytes read, which may be fewer than asked, 0 at the end of the file.
+    package var readAt: @Sendable (_ descriptor: Int32, _ buffer: UnsafeMutableRawBufferPointer, _ offset: Int64) throws -> Int
     /// `write(2)`; returns the number of bytes written, which may be fewer than asked.
     package var write: @Sendable (_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer) throws -> Int
     /// `pwrite(2)`: writes at `offset`, whatever the descriptor's file offset; returns the number
@@ -110,6 +113,9 @@ extension FileSystem {
         },
         read: { descriptor, buffer in
             try retryingInterrupts("read") { Foundation.read(descriptor, buffer.baseAddress, buffer.count) }
+        },
+        readAt: { descriptor, buffer, offset in
+            try retryingInterrupts("pread") { Foundation.pread(descriptor, buffer.baseAddress, buffer.count, off_t(offset)) }
         },
         write: { descriptor, bytes in
             try retryingInterrupts("write") { Foundation.write(descriptor, bytes.baseAddress, bytes.count) }

@@ -42,9 +42,9 @@ import Darwin
 /// call (counting every call through the file system) runs; ``cuts`` collects them.
 ///
 /// Descriptors are numbers from 2^30 up, so that a call that bypasses the seam with one (the
-/// store lock's `ftruncate`) fails with `EBADF` instead of touching a real file. `pwrite`,
-/// `syncfs` (``FileSystem/synchronizeFileSystem`` is `nil`), symbolic links and `..` in paths
-/// are not modelled; `flock` is an in-process lock per file, exclusive in every mode.
+/// store lock's `ftruncate`) fails with `EBADF` instead of touching a real file. `syncfs`
+/// (``FileSystem/synchronizeFileSystem`` is `nil`), symbolic links and `..` in paths are not
+/// modelled; `flock` is an in-process lock per file, exclusive in every mode.
 ///
 /// Thread safety: every call may come from any thread; the state is behind one lock.
 final class PowerLossFileSystem: Sendable {
@@ -106,6 +106,7 @@ final class PowerLossFileSystem: Sendable {
             open: { path, flags, mode in try self.call { try $0.open(path, flags: flags, mode: mode) } },
             close: { descriptor in try self.call { try $0.close(descriptor) } },
             read: { descriptor, buffer in try self.call { try $0.read(descriptor, into: buffer) } },
+            readAt: { descriptor, buffer, offset in try self.call { try $0.read(descriptor, into: buffer, at: Int(offset)) } },
             write: { descriptor, bytes in try self.call { try $0.write(descriptor, bytes: [UInt8](bytes)) } },
             writeAt: { descriptor, bytes, offset in try self.call { try $0.write(descriptor, bytes: [UInt8](bytes), at: Int(offset)) } },
             truncate: { descriptor, length in try self.call { try $0.truncate(descriptor, to: Int(length)) } },
@@ -318,6 +319,20 @@ extension PowerLossFileSystem {
                 }
             }
             descriptors[descriptor]!.offset += count
+            return count
+        }
+
+        /// `pread`: reads at `offset`, leaving the descriptor's offset alone.
+        func read(_ descriptor: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
+            guard let open = descriptors[descriptor], open.isReadable else { throw SystemCallError("pread", code: EBADF) }
+            let node = nodes[open.node]!
+            guard node.kind == .file else { throw SystemCallError("pread", code: EISDIR) }
+            let count = max(0, min(buffer.count, node.data.count - offset))
+            if count > 0 {
+                node.data[offset..<(offset + count)].withUnsafeBytes { source in
+                    buffer.copyMemory(from: source)
+                }
+            }
             return count
         }
 

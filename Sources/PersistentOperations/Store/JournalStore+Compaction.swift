@@ -1,0 +1,188 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// Compaction
+// ==========
+//
+// When the sealed segments (every segment but the active one) hold at least
+// `compactionMinimumSize` bytes and more than half of them are dead (frames of records since
+// rewritten, moved or removed, removal frames, damaged bytes), compaction merges them:
+//
+// 1. Under the lock: the sealed segments S, and the index entries located in them (a snapshot).
+// 2. Without the lock: each of those records is read (a whole frame is verified by its
+//    checks, a batch's record by its own) and written as one put (pending) or moveToFailed
+//    (failed) frame to `journal/compaction.tmp`, under a new salt; the file is flushed, renamed
+//    to its segment name, and the journal directory flushed.
+// 3. Under the lock: each copied record that still has the location it was copied from
+//    moves to its new location; the others changed meanwhile, in the active segment, and keep
+//    that. The new segment replaces S.
+// 4. The segments of S are removed oldest first, the directory flushed after each.
+//
+// The ordering rule. The new segment is named (n, g + 1), where (n, g) is the last segment of
+// S: it reads after every segment it replaces and before the active segment and any segment
+// started since (their numbers are greater than n). So whatever a crash or a power cut leaves
+// of steps 2 to 4, the state read is the same:
+// - before the rename is durable, the new segment is absent (a temporary file is removed at
+//   open) and S is whole: the state as before;
+// - after it, S is applied first, then the new segment, then the rest. The new segment holds,
+//   for every record live in S at the snapshot, its version in S; applying it after S changes
+//   nothing. A change made after the snapshot is a frame in a later segment, applied after
+//   the new one, so it wins: a removal of a record being copied stays a removal;
+// - in step 4 the oldest segments go first, one directory flush each, so what remains of S is
+//   always a suffix of it: every frame of the suffix is followed, in the suffix, by every later
+//   change to its record, and a removal whose put is gone removes nothing. Open removes the
+//   leftovers (segments older than a compaction segment and holding no live record).
+//
+// Writes never wait for a merge: steps 1 and 3 hold the lock for a pass over the index, and
+// the writer keeps appending to the active segment meanwhile. A failure (a full disk, a record
+// that no longer verifies) abandons the merge and removes the temporary file; nothing else
+// has changed.
+
+extension JournalStore {
+    /// Seals the active segment when it holds frames, then merges every sealed segment into
+    /// one, before returning.
+    ///
+    /// - Throws: ``PersistenceError`` when the store is closed or failed, or the merge fails
+    ///   (nothing is lost then: the old segments stay).
+    package func compact() throws {
+        try state.withLock { state in
+            try checkWritable(state)
+            if let active = state.active, active.writer.size > Int64(JournalSegment.headerSize) {
+                rollActiveSegment(&state)
+            }
+            try checkWritable(state)
+        }
+        try compactionQueue.sync {
+            try merge()
+        }
+    }
+
+    /// Starts a merge off the caller's thread when the sealed segments are large and mostly dead.
+    func compactIfDue() {
+        guard configuration.compactsAutomatically else { return }
+        let isDue = state.withLock { state -> Bool in
+            guard !state.isCompacting, !state.isClosed, state.failure == nil, let active = state.active else { return false }
+            var sealed: Int64 = 0
+            var live: Int64 = 0
+            for (name, size) in state.sizes where name != active.file.name {
+                sealed += size
+                live += state.index.liveBytes[name] ?? 0
+            }
+            guard sealed >= Int64(configuration.compactionMinimumSize), (sealed - live) * 2 > sealed else { return false }
+            state.isCompacting = true
+            return true
+        }
+        guard isDue else { return }
+        compactionQueue.async {
+            try? self.merge()
+            self.state.withLock { $0.isCompacting = false }
+        }
+    }
+
+    /// What a merge copies.
+    private struct Plan {
+        var sealed: [JournalSegmentName]
+        var target: JournalSegmentName
+        var records: [(id: UUID, entry: JournalIndex.Entry, file: JournalSegmentFile)]
+    }
+
+    /// Merges the sealed segments; runs on ``compactionQueue``.
+    private func merge() throws {
+        let fileSystem = configuration.fileSystem
+        guard let plan = try state.withLock({ state -> Plan? in
+            try checkWritable(state)
+            guard let active = state.active else { return nil }
+            let sealed = state.segments.keys.filter { $0 != active.file.name }.sorted()
+            guard let last = sealed.last else { return nil }
+            let members = Set(sealed)
+            let records = state.index.entries.compactMap { id, entry -> (id: UUID, entry: JournalIndex.Entry, file: JournalSegmentFile)? in
+                guard members.contains(entry.location.segment), let file = state.segments[entry.location.segment] else { return nil }
+                return (id, entry, file)
+            }
+            return Plan(sealed: sealed, target: JournalSegmentName(number: last.number, generation: last.generation + 1), records: records)
+        }) else { return }
+
+        // Step 2: copy.
+        let temporaryPath = journalPath + "/" + JournalSegmentName.temporaryFileName
+        let finalPath = journalPath + "/" + plan.target.fileName
+        try? fileSystem.unlink(temporaryPath)
+        let salt = JournalSegment.newSalt()
+        var moves: [(id: UUID, from: JournalIndex.Location, to: JournalIndex.Location)] = []
+        moves.reserveCapacity(plan.records.count)
+        do {
+            let descriptor = try fileSystem.open(temporaryPath, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
+            defer { try? fileSystem.close(descriptor) }
+            var buffer = JournalSegment.header(salt: salt, number: plan.target.number)
+            var written: Int64 = 0
+            func drain() throws {
+                try buffer.withUnsafeBytes { bytes in
+                    var done = 0
+                    while done < bytes.count {
+                        let count = try fileSystem.writeAt(descriptor, UnsafeRawBufferPointer(rebasing: bytes[done...]), written + Int64(done))
+                        guard count > 0 else { throw SystemCallError("pwrite", path: temporaryPath, code: EIO) }
+                        done += count
+                    }
+                }
+                written += Int64(buffer.count)
+                buffer.removeAll(keepingCapacity: true)
+            }
+            let ordered = plan.records.sorted { ($0.entry.location.segment, $0.entry.location.offset) < ($1.entry.location.segment, $1.entry.location.offset) }
+            for (id, entry, file) in ordered {
+                let record = try recordBytes(at: entry.location, in: file)
+                if !entry.location.isFrame {
+                    // A batch's record: verified by its own checks before it is copied.
+                    _ = try RecordFormat.decode(record, maximumSize: configuration.maximumRecordSize)
+                }
+                let frame = JournalFrame(kind: entry.area == .pending ? .put : .moveToFailed, body: record)
+                let offset = written + Int64(buffer.count)
+                try frame.append(to: &buffer, salt: salt, maximumSize: configuration.maximumFrameSize)
+                moves.append((id, entry.location, .init(segment: plan.target, offset: offset, length: Int32(frame.size), isFrame: true)))
+                if buffer.count >= 1 << 20 { try drain() }
+            }
+            try drain()
+            if configuration.flushes { try fileSystem.synchronize(descriptor) }
+        } catch {
+            try? fileSystem.unlink(temporaryPath)
+            throw PersistenceError(.writeFailed, "Compacting the journal failed; nothing was changed.", fileURL: URL(fileURLWithPath: temporaryPath), underlyingError: error)
+        }
+        let merged: JournalSegmentFile
+        do {
+            try fileSystem.rename(temporaryPath, finalPath)
+            if configuration.flushes { try fileSystem.synchronizeDirectory(journalPath) }
+            merged = try JournalSegmentFile.open(plan.target, path: finalPath, salt: salt, fileSystem: fileSystem)
+        } catch {
+            // The new segment may be there; it reads the same as what it replaces.
+            throw PersistenceError(.writeFailed, "Compacting the journal failed after its new segment was written.", fileURL: URL(fileURLWithPath: finalPath), underlyingError: error)
+        }
+
+        // Step 3: install.
+        let retired: [JournalWriter] = state.withLock { state in
+            for move in moves {
+                state.index.relocate(move.id, from: move.from, to: move.to)
+            }
+            state.segments[plan.target] = merged
+            state.sizes[plan.target] = Int64(JournalSegment.headerSize) + moves.reduce(0) { $0 + Int64($1.to.length) }
+            var retired: [JournalWriter] = []
+            for name in plan.sealed {
+                state.segments[name] = nil
+                state.sizes[name] = nil
+                state.index.forgetSegment(name)
+                if let writer = state.sealedWriters.removeValue(forKey: name) { retired.append(writer) }
+            }
+            state.compactions += 1
+            return retired
+        }
+        for writer in retired { writer.close() }
+
+        // Step 4: remove the old segments, oldest first.
+        for name in plan.sealed {
+            try fileSystem.unlink(journalPath + "/" + name.fileName)
+            if configuration.flushes { try fileSystem.synchronizeDirectory(journalPath) }
+        }
+    }
+}

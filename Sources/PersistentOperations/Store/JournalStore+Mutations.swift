@@ -1,0 +1,238 @@
+import Foundation
+
+// Every change is one frame: checked against the index, written by the active segment's
+// writer and applied to the index under the store's lock (so the journal's order is the
+// index's order), then flushed outside the lock, where concurrent changes share the flush.
+
+extension JournalStore {
+    /// Stores a new pending record, durable (per ``Configuration/durability``) when it returns.
+    ///
+    /// - Throws: ``PersistenceError/Code/writeFailed`` when a record with this identifier
+    ///   exists or the file system fails (nothing is then stored), the encoding errors of
+    ///   ``RecordFormat/encode(_:maximumSize:)``, ``PersistenceError/Code/storeNotWritable``.
+    package func add(_ record: OperationRecord) throws {
+        let id = try identifier(record.id)
+        try commit(.put, [record], flushes: true) { state in
+            if state.index.entries[id] != nil {
+                throw PersistenceError(.writeFailed, "A record with identifier \(record.id) already exists.")
+            }
+        }
+    }
+
+    /// Stores several new pending records in one frame: after a crash at any instant, all of
+    /// them are there or none.
+    ///
+    /// - Throws: the errors of ``add(_:)``; nothing is stored then.
+    package func addBatch(_ records: [OperationRecord]) throws {
+        guard !records.isEmpty else { return }
+        let ids = try records.map { try identifier($0.id) }
+        guard Set(ids).count == ids.count else {
+            throw PersistenceError(.writeFailed, "A batch holds the same record identifier twice.")
+        }
+        try commit(.batch, records, flushes: true) { state in
+            if let existing = ids.first(where: { state.index.entries[$0] != nil }) {
+                throw PersistenceError(.writeFailed, "A record with identifier \(existing.uuidString) already exists.")
+            }
+        }
+    }
+
+    /// Replaces a pending record, such as after a retry.
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound`` when no pending record has this
+    ///   identifier, and the errors of ``add(_:)``.
+    package func update(_ record: OperationRecord) throws {
+        let id = try identifier(record.id)
+        try checkHasPayload(record)
+        try commit(.put, [record], flushes: true) { state in
+            guard state.index.entries[id]?.area == .pending else { throw self.notFound(record.id, in: .pending) }
+        }
+    }
+
+    /// Removes a pending record, after its operation succeeded or was cancelled.
+    ///
+    /// The removal is written before this returns (a process crash keeps it) and flushed by
+    /// the next change's flush or within ``Configuration/flushDelay``, unless `synchronizes`
+    /// or ``Configuration/strictRemovals`` asks for it to be flushed before this returns (as
+    /// `RecordStore.removePending(id:synchronizes:)` does for a dependent that must never
+    /// outlive its prerequisite on disk).
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound``, ``PersistenceError/Code/writeFailed``.
+    package func removePending(id: String, synchronizes: Bool = false) throws {
+        guard let uuid = Self.uuid(id) else { throw notFound(id, in: .pending) }
+        try commitRemoval(uuid, flushes: synchronizes || configuration.strictRemovals) { state in
+            guard state.index.entries[uuid]?.area == .pending else { throw self.notFound(id, in: .pending) }
+        }
+    }
+
+    /// Moves a pending record to the failed area with `reason`, in one frame, and returns it
+    /// as stored there (its batch and next-attempt date dropped).
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound`` and the errors of ``add(_:)``.
+    package func moveToFailed(_ record: OperationRecord, reason: String) throws -> OperationRecord {
+        let id = try identifier(record.id)
+        try checkHasPayload(record)
+        var failed = record
+        failed.failureReason = reason
+        failed.nextAttemptAt = nil
+        failed.batchID = nil
+        try commit(.moveToFailed, [failed], flushes: true) { state in
+            guard state.index.entries[id]?.area == .pending else { throw self.notFound(record.id, in: .pending) }
+        }
+        return failed
+    }
+
+    /// Moves a failed record back to the pending area with a fresh retry budget (as
+    /// `RecordStore.requeueFailed(id:)` does), and returns it as stored there.
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound``, the errors of ``add(_:)``.
+    package func requeueFailed(id: String) throws -> OperationRecord {
+        var record = try readFailed(id: id)
+        let uuid = try identifier(id)
+        record.failureReason = nil
+        record.failedPrerequisite = nil
+        record.numberOfRetries = 0
+        record.nextAttemptAt = nil
+        record.attemptsInFlight = 0
+        record.expiresAt = nil
+        try commit(.put, [record], flushes: true) { state in
+            guard state.index.entries[uuid]?.area == .failed else { throw self.notFound(id, in: .failed) }
+        }
+        return record
+    }
+
+    /// Deletes a failed record for good (a removal frame that rides along, as
+    /// ``removePending(id:)``).
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound``, ``PersistenceError/Code/writeFailed``.
+    package func purgeFailed(id: String) throws {
+        guard let uuid = Self.uuid(id) else { throw notFound(id, in: .failed) }
+        try commitRemoval(uuid, flushes: configuration.strictRemovals) { state in
+            guard state.index.entries[uuid]?.area == .failed else { throw self.notFound(id, in: .failed) }
+        }
+    }
+
+    /// Re-queues every failed record (see ``requeueFailed(id:)``) and returns them in run order.
+    package func requeueAllFailed() throws -> [OperationRecord] {
+        let report = try loadFailed()
+        return try report.records.map { try requeueFailed(id: $0.id) }.sorted(by: OperationRecord.runsBefore)
+    }
+
+    /// Deletes every failed record and returns how many were deleted.
+    @discardableResult
+    package func purgeAllFailed() throws -> Int {
+        let ids = state.withLock { state in state.index.entries.filter { $0.value.area == .failed }.map(\.key) }
+        for id in ids { try purgeFailed(id: id.uuidString) }
+        return ids.count
+    }
+
+    // MARK: Machinery
+
+    private func identifier(_ id: String) throws -> UUID {
+        guard let uuid = Self.uuid(id) else {
+            throw PersistenceError(.corruptRecord, "Record identifier \"\(id)\" is not a library-generated UUID.")
+        }
+        return uuid
+    }
+
+    private func checkHasPayload(_ record: OperationRecord) throws {
+        guard !record.payload.isEmpty else {
+            throw PersistenceError(.writeFailed, "Refused to write record \(record.id) without its payload; the stored record is unchanged.")
+        }
+    }
+
+    /// Writes `records` as one frame of `kind` (a batch frame holds several) and indexes them.
+    private func commit(_ kind: JournalFrame.Kind, _ records: [OperationRecord], flushes: Bool, check: (inout State) throws -> Void) throws {
+        let ids = try records.map { try identifier($0.id) }
+        let encoded = try records.map { try RecordFormat.encode($0, maximumSize: configuration.maximumRecordSize) }
+        let frame = kind == .batch ? JournalFrame.batch(encoded) : JournalFrame(kind: kind, body: encoded[0])
+        try append(frame, flushes: flushes, check: check) { state, segment, offset, size in
+            if kind == .batch {
+                var partOffset = offset + Int64(JournalFrame.headerSize) + 4
+                for (index, record) in records.enumerated() {
+                    let bytes = encoded[index]
+                    let location = JournalIndex.Location(segment: segment, offset: partOffset + 4, length: Int32(bytes.count), isFrame: false)
+                    state.index.set(ids[index], .init(area: .pending, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority))
+                    partOffset += 4 + Int64(bytes.count)
+                }
+            } else {
+                let location = JournalIndex.Location(segment: segment, offset: offset, length: Int32(size), isFrame: true)
+                let record = records[0]
+                state.index.set(ids[0], .init(area: kind == .put ? .pending : .failed, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority))
+            }
+            for record in records {
+                state.lastEnqueueSequence = max(state.lastEnqueueSequence, record.enqueueSequence)
+            }
+        }
+    }
+
+    private func commitRemoval(_ id: UUID, flushes: Bool, check: (inout State) throws -> Void) throws {
+        let frame = JournalFrame(kind: .remove, body: Data(id.uuidString.utf8))
+        try append(frame, flushes: flushes, check: check) { state, _, _, _ in
+            state.index.remove(id)
+        }
+    }
+
+    /// Checks, writes and applies `frame` under the lock, then flushes it (when `flushes`)
+    /// without the lock, and starts a compaction when one is due.
+    private func append(
+        _ frame: JournalFrame, flushes: Bool, check: (inout State) throws -> Void,
+        apply: (inout State, JournalSegmentName, Int64, Int) -> Void
+    ) throws {
+        let (writer, segment) = try state.withLock { state -> (JournalWriter, JournalSegmentName) in
+            try checkWritable(state)
+            try check(&state)
+            guard let active = state.active else { throw closed() }
+            let bytes = try frame.encoded(salt: active.salt, maximumSize: configuration.maximumFrameSize)
+            let offset = try active.writer.append(bytes, durability: .written)
+            apply(&state, active.file.name, offset, bytes.count)
+            if active.writer.size >= Int64(configuration.segmentSize) {
+                rollActiveSegment(&state)
+            }
+            return (active.writer, active.file.name)
+        }
+        if flushes {
+            do {
+                try writer.flush()
+            } catch {
+                let sealed = state.withLock { state in
+                    if state.durablySealed.contains(segment) { return true }
+                    if state.failure == nil, !state.isClosed {
+                        state.failure = error as? PersistenceError ?? PersistenceError(.writeFailed, "Flushing the journal failed.", underlyingError: error)
+                    }
+                    return false
+                }
+                if !sealed { throw error }
+            }
+        }
+        compactIfDue()
+    }
+
+    /// Seals the active segment (flushing it) and starts the next. On failure the active
+    /// segment stays and takes more frames; a failed flush fails the store.
+    func rollActiveSegment(_ state: inout State) {
+        guard let old = state.active else { return }
+        do {
+            try old.writer.flush()
+        } catch {
+            state.failure = error as? PersistenceError ?? PersistenceError(.writeFailed, "Flushing the journal failed.", underlyingError: error)
+            return
+        }
+        let next = JournalSegmentName(number: old.file.name.number + 1)
+        guard let segment = try? Self.createSegment(next, journalPath: journalPath, configuration: configuration) else { return }
+        state.durablySealed.insert(old.file.name)
+        state.sealedWriters[old.file.name] = old.writer
+        state.sizes[old.file.name] = old.writer.size
+        state.active = segment
+        state.segments[next] = segment.file
+        state.sizes[next] = Int64(JournalSegment.headerSize)
+    }
+
+    func checkWritable(_ state: State) throws {
+        if state.isClosed { throw closed() }
+        if let failure = state.failure { throw failure }
+    }
+
+    func closed() -> PersistenceError {
+        PersistenceError(.storeNotWritable, "The journal store has been closed.", fileURL: directory)
+    }
+}

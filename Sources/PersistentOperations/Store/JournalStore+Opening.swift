@@ -1,0 +1,321 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// Opening the journal: every segment in (number, generation) order, one sequential read each,
+// its frames applied in order to the index. Then:
+// - damaged bytes (a corrupt region, a torn tail, a record that does not decode) are copied to `<root>/quarantine/journal-<segment>-<offset>.bytes`, with a
+//   `.reason` file beside them, and reported; a corrupt frame never hides a neighbour, since
+//   the scan finds every intact frame after damage;
+// - the torn tail of the last segment is cut off (its bytes quarantined first) and the writer
+//   appends where the valid frames end; a last segment that never got a valid header (its
+//   creation was cut short, so none of its frames was acknowledged) is removed;
+// - segments that a compaction replaced but a crash left behind (older than a compaction
+//   segment, and holding no live record) are removed, oldest first;
+// - a temporary compaction file is removed.
+
+extension JournalStore {
+    /// The state and report of a store after open.
+    struct Opened {
+        var state: State
+        var report: OpenReport
+    }
+
+    static func open(root: String, journalPath: String, quarantinePath: String, configuration: Configuration) throws -> Opened {
+        let fileSystem = configuration.fileSystem
+        for path in [root, journalPath, quarantinePath] {
+            try createDirectory(path, configuration: configuration)
+        }
+        var state = State()
+        var report = OpenReport()
+        let quarantine = Quarantine(path: quarantinePath, configuration: configuration)
+        let names: [String]
+        do {
+            names = try fileSystem.contentsOfDirectory(journalPath)
+        } catch {
+            throw PersistenceError(.readFailed, "Cannot list the journal directory.", fileURL: URL(fileURLWithPath: journalPath), underlyingError: error)
+        }
+        if names.contains(JournalSegmentName.temporaryFileName) {
+            try? fileSystem.unlink(journalPath + "/" + JournalSegmentName.temporaryFileName)
+        }
+        let segments = names.compactMap(JournalSegmentName.init(fileName:)).sorted()
+        var lastScan: (name: JournalSegmentName, scan: JournalSegmentScan, size: Int)?
+        for name in segments {
+            let path = journalPath + "/" + name.fileName
+            let descriptor: Int32
+            let bytes: Data
+            do {
+                descriptor = try fileSystem.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0)
+            } catch {
+                throw PersistenceError(.readFailed, "Cannot open a journal segment.", fileURL: URL(fileURLWithPath: path), underlyingError: error)
+            }
+            do {
+                bytes = try JournalSegmentFile.readWhole(path, descriptor: descriptor, fileSystem: fileSystem)
+            } catch {
+                try? fileSystem.close(descriptor)
+                throw PersistenceError(.readFailed, "Cannot read a journal segment.", fileURL: URL(fileURLWithPath: path), underlyingError: error)
+            }
+            let scan: JournalSegmentScan
+            do {
+                scan = try JournalSegment.scan(bytes, maximumFrameSize: configuration.maximumFrameSize)
+            } catch let error as PersistenceError {
+                try? fileSystem.close(descriptor)
+                throw PersistenceError(error.code, error.message, fileURL: URL(fileURLWithPath: path))
+            }
+            let salt = scan.header?.salt ?? scan.frames.first.flatMap { frameSalt(bytes, at: $0.offset) }
+            state.segments[name] = JournalSegmentFile(name: name, path: path, salt: salt, descriptor: descriptor, fileSystem: fileSystem)
+            state.sizes[name] = Int64(scan.validEnd(segmentSize: bytes.count))
+            for located in scan.frames {
+                apply(located, in: name, to: &state, report: &report, quarantine: quarantine, segmentBytes: bytes)
+            }
+            for region in scan.corruptRegions {
+                report.quarantined.append(quarantine.keep(bytes[region.range], segment: name, offset: region.offset, reason: region.reason))
+            }
+            if let tail = scan.tornTail {
+                report.quarantined.append(quarantine.keep(bytes[tail.range], segment: name, offset: tail.offset, reason: "torn tail: " + tail.reason))
+            }
+            if name == segments.last { lastScan = (name, scan, bytes.count) }
+        }
+        if !report.skipped.isEmpty {
+            state.failure = PersistenceError(
+                .storeNotWritable,
+                "The journal holds records of a newer format; it was opened read-only. Open the store with a newer version of the library."
+            )
+        }
+        guard state.failure == nil else { return Opened(state: state, report: report) }
+        try startActiveSegment(after: lastScan, state: &state, report: &report, quarantine: quarantine, journalPath: journalPath, configuration: configuration)
+        removeReplacedSegments(state: &state, journalPath: journalPath, configuration: configuration)
+        return Opened(state: state, report: report)
+    }
+
+    /// Applies one verified frame to the index; a frame whose body does not decode changes
+    /// nothing and is quarantined (a batch with one bad record: the whole batch).
+    private static func apply(
+        _ located: JournalSegmentScan.LocatedFrame, in segment: JournalSegmentName, to state: inout State,
+        report: inout OpenReport, quarantine: Quarantine, segmentBytes: Data
+    ) {
+        let maximumRecordSize = quarantine.configuration.maximumRecordSize
+        let frame = located.frame
+        let bodyOffset = Int64(located.offset + JournalFrame.headerSize)
+        func reject(_ error: Error) {
+            let persistenceError = error as? PersistenceError
+            let reason = "\(frame.kind) frame: " + (persistenceError?.message ?? "\(error)")
+            if persistenceError?.code == .unsupportedFormatVersion {
+                report.skipped.append(.init(name: "\(segment.fileName)@\(located.offset)", reason: reason, code: .unsupportedFormatVersion))
+            } else {
+                report.quarantined.append(quarantine.keep(segmentBytes[located.range], segment: segment, offset: located.offset, reason: reason))
+            }
+        }
+        do {
+            switch frame.kind {
+            case .put, .moveToFailed:
+                let record = try RecordFormat.decode(frame.body, maximumSize: maximumRecordSize)
+                guard let id = uuid(record.id) else { throw PersistenceError(.corruptRecord, "the record's identifier is not a library-generated identifier") }
+                let location = JournalIndex.Location(segment: segment, offset: Int64(located.offset), length: Int32(frame.size), isFrame: true)
+                state.index.set(id, .init(area: frame.kind == .put ? .pending : .failed, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority))
+                state.lastEnqueueSequence = max(state.lastEnqueueSequence, record.enqueueSequence)
+            case .batch:
+                let parts = try frame.batchParts()
+                var entries: [(UUID, JournalIndex.Entry)] = []
+                var offset = bodyOffset + 4
+                for part in parts {
+                    let record = try RecordFormat.decode(part, maximumSize: maximumRecordSize)
+                    guard let id = uuid(record.id) else { throw PersistenceError(.corruptRecord, "a record's identifier is not a library-generated identifier") }
+                    let location = JournalIndex.Location(segment: segment, offset: offset + 4, length: Int32(part.count), isFrame: false)
+                    entries.append((id, .init(area: .pending, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority)))
+                    offset += 4 + Int64(part.count)
+                }
+                for (id, entry) in entries {
+                    state.index.set(id, entry)
+                    state.lastEnqueueSequence = max(state.lastEnqueueSequence, entry.enqueueSequence)
+                }
+            case .remove:
+                guard let id = removedIdentifier(frame.body) else { throw PersistenceError(.corruptRecord, "the body is not a record identifier") }
+                state.index.remove(id)
+            case .attempt:
+                break
+            }
+        } catch {
+            reject(error)
+        }
+    }
+
+    /// The salt written in the frame at `offset`.
+    private static func frameSalt(_ bytes: Data, at offset: Int) -> UInt32? {
+        bytes.withUnsafeBytes { raw in
+            let buffer = raw.bindMemory(to: UInt8.self)
+            guard offset + 8 <= buffer.count else { return nil }
+            return UInt32(buffer.bigEndianValue(at: offset + 4, width: 4))
+        }
+    }
+
+    /// The identifier a removal frame names.
+    static func removedIdentifier(_ body: Data) -> UUID? {
+        guard let id = String(data: body, encoding: .utf8) else { return nil }
+        return uuid(id)
+    }
+
+    /// Makes the last segment the active one (its torn tail cut off), or starts a new one
+    /// when there is none, it is full, its header is damaged, or compaction wrote it.
+    private static func startActiveSegment(
+        after last: (name: JournalSegmentName, scan: JournalSegmentScan, size: Int)?, state: inout State,
+        report: inout OpenReport, quarantine: Quarantine, journalPath: String, configuration: Configuration
+    ) throws {
+        let fileSystem = configuration.fileSystem
+        if let last, let header = last.scan.header, last.name.generation == 0,
+           last.scan.validEnd(segmentSize: last.size) < configuration.segmentSize {
+            let path = journalPath + "/" + last.name.fileName
+            let end = last.scan.validEnd(segmentSize: last.size)
+            do {
+                let descriptor = try fileSystem.open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0)
+                if let tail = last.scan.tornTail {
+                    do {
+                        try fileSystem.truncate(descriptor, Int64(end))
+                        if configuration.flushes { try fileSystem.synchronizeData(descriptor) }
+                    } catch {
+                        try? fileSystem.close(descriptor)
+                        throw error
+                    }
+                    report.truncatedBytes = tail.count
+                }
+                let writer = JournalWriter(
+                    descriptor: descriptor, path: path, end: Int64(end), fileSystem: fileSystem,
+                    flushes: configuration.flushes, flushDelay: configuration.flushDelay
+                )
+                state.active = ActiveSegment(file: state.segments[last.name]!, writer: writer, salt: header.salt)
+                return
+            } catch {
+                throw PersistenceError(.writeFailed, "Cannot reopen the journal's last segment.", fileURL: URL(fileURLWithPath: path), underlyingError: error)
+            }
+        }
+        var number: UInt64 = (last?.name.number ?? 0) + 1
+        if let last, last.scan.header == nil, last.scan.frames.isEmpty, last.name.generation == 0 {
+            // Its creation was cut short before it was synced: nothing in it was acknowledged.
+            if let bytes = try? state.segments[last.name]?.read(count: last.size, at: 0), !bytes.isEmpty {
+                report.quarantined.append(quarantine.keep(bytes, segment: last.name, offset: 0, reason: "a segment without a valid header or frame"))
+            }
+            try? fileSystem.unlink(journalPath + "/" + last.name.fileName)
+            state.segments[last.name] = nil
+            state.sizes[last.name] = nil
+            number = last.name.number
+        }
+        state.active = try createSegment(JournalSegmentName(number: number), journalPath: journalPath, configuration: configuration)
+        state.segments[state.active!.file.name] = state.active!.file
+        state.sizes[state.active!.file.name] = Int64(JournalSegment.headerSize)
+    }
+
+    /// Creates a segment: exclusive create (0600), its header written and flushed, the
+    /// directory flushed, before any frame of it can be acknowledged.
+    static func createSegment(_ name: JournalSegmentName, journalPath: String, configuration: Configuration) throws -> ActiveSegment {
+        let fileSystem = configuration.fileSystem
+        let path = journalPath + "/" + name.fileName
+        let salt = JournalSegment.newSalt()
+        do {
+            let descriptor = try fileSystem.open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
+            do {
+                let header = JournalSegment.header(salt: salt, number: name.number)
+                try header.withUnsafeBytes { bytes in
+                    guard try fileSystem.writeAt(descriptor, bytes, 0) == bytes.count else { throw SystemCallError("pwrite", path: path, code: EIO) }
+                }
+                if configuration.flushes {
+                    try fileSystem.synchronize(descriptor)
+                    try fileSystem.synchronizeDirectory(journalPath)
+                }
+                let file = try JournalSegmentFile.open(name, path: path, salt: salt, fileSystem: fileSystem)
+                let writer = JournalWriter(
+                    descriptor: descriptor, path: path, end: Int64(JournalSegment.headerSize), fileSystem: fileSystem,
+                    flushes: configuration.flushes, flushDelay: configuration.flushDelay
+                )
+                return ActiveSegment(file: file, writer: writer, salt: salt)
+            } catch {
+                try? fileSystem.close(descriptor)
+                try? fileSystem.unlink(path)
+                throw error
+            }
+        } catch {
+            throw PersistenceError(.writeFailed, "Cannot create a journal segment.", fileURL: URL(fileURLWithPath: path), underlyingError: error)
+        }
+    }
+
+    /// Removes the segments a compaction replaced that a crash left behind.
+    private static func removeReplacedSegments(state: inout State, journalPath: String, configuration: Configuration) {
+        guard let newest = state.segments.keys.filter({ $0.generation > 0 }).max() else { return }
+        for name in state.segments.keys.sorted() where name < newest && (state.index.liveBytes[name] ?? 0) == 0 {
+            guard (try? configuration.fileSystem.unlink(journalPath + "/" + name.fileName)) != nil else { return }
+            if configuration.flushes { try? configuration.fileSystem.synchronizeDirectory(journalPath) }
+            state.segments[name] = nil
+            state.sizes[name] = nil
+            state.index.forgetSegment(name)
+        }
+    }
+
+    /// Creates a directory of the store (0700) when it is missing, and its missing parents.
+    private static func createDirectory(_ path: String, configuration: Configuration) throws {
+        let fileSystem = configuration.fileSystem
+        do {
+            if let status = try? fileSystem.linkStatus(path) {
+                guard status.kind == .directory else {
+                    throw PersistenceError(.directoryUnavailable, "A journal store path exists but is not a directory.", fileURL: URL(fileURLWithPath: path))
+                }
+                return
+            }
+            let parent = (path as NSString).deletingLastPathComponent
+            if parent != path, (try? fileSystem.linkStatus(parent)) == nil {
+                try createDirectory(parent, configuration: configuration)
+            }
+            try fileSystem.makeDirectory(path, StoreLayout.directoryPermissions)
+            try fileSystem.setPathPermissions(path, StoreLayout.directoryPermissions)
+            if configuration.flushes { try fileSystem.synchronizeDirectory(parent) }
+        } catch let error as PersistenceError {
+            throw error
+        } catch {
+            throw PersistenceError(.directoryUnavailable, "Cannot create a journal store directory.", fileURL: URL(fileURLWithPath: path), underlyingError: error)
+        }
+    }
+}
+
+/// Copies damaged bytes to the quarantine area, once: a name says where they were found.
+struct JournalQuarantine: Sendable {
+    let path: String
+    let configuration: JournalStore.Configuration
+
+    /// Keeps `bytes` (found in `segment` at `offset`) with `reason`, and returns the report
+    /// entry. Writing is best effort: a failure is reported in the entry, and open goes on.
+    func keep(_ bytes: Data, segment: JournalSegmentName, offset: Int, reason: String) -> LoadReport.Entry {
+        let name = "journal-" + segment.fileName.replacingOccurrences(of: "." + JournalSegmentName.fileExtension, with: "") + "-\(offset).bytes"
+        var entry = LoadReport.Entry(name: "\(segment.fileName)@\(offset)", reason: reason, code: .corruptRecord, quarantineName: name)
+        let fileSystem = configuration.fileSystem
+        if (try? fileSystem.linkStatus(path + "/" + name)) != nil { return entry }
+        do {
+            try write(Data(bytes), to: path + "/" + name + ".tmp")
+            try write(Data((reason + "\n").utf8), to: path + "/" + name + StoreLayout.reasonSuffix)
+            try fileSystem.rename(path + "/" + name + ".tmp", path + "/" + name)
+            if configuration.flushes { try fileSystem.synchronizeDirectory(path) }
+        } catch {
+            entry.quarantineName = nil
+            entry.reason += " (not kept in quarantine: \(error))"
+        }
+        return entry
+    }
+
+    private func write(_ data: Data, to path: String) throws {
+        let fileSystem = configuration.fileSystem
+        let descriptor = try fileSystem.open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
+        defer { try? fileSystem.close(descriptor) }
+        try data.withUnsafeBytes { bytes in
+            var done = 0
+            while done < bytes.count {
+                done += try fileSystem.writeAt(descriptor, UnsafeRawBufferPointer(rebasing: bytes[done...]), Int64(done))
+            }
+        }
+        if configuration.flushes { try fileSystem.synchronize(descriptor) }
+    }
+}
+
+extension JournalStore {
+    typealias Quarantine = JournalQuarantine
+}

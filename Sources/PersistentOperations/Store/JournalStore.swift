@@ -1,0 +1,365 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// The journal store
+// =================
+//
+// On disk, `<root>/journal/` holds segment files (see `JournalSegmentFile.swift` for their
+// names, `JournalSegment.swift` and `JournalFrame.swift` for their bytes), directory 0700,
+// files 0600, and `<root>/quarantine/` the bytes open found damaged. Every change is one frame
+// appended to the active (last) segment by its `JournalWriter`:
+//
+//     change                 frame          body
+//     add, update, requeue   put            the record file bytes (`RecordFormat`): pending
+//     add a batch            batch          the records' bytes, all or none: pending
+//     move to failed         moveToFailed   the record as stored in the failed area
+//     remove, purge          remove         the record's identifier (36 ASCII bytes)
+//
+// A put or a move sets the record, whichever area it was in; a removal removes it. Reading
+// the segments in order and applying their frames gives the store's state: that is all open
+// does (`JournalStore+Opening.swift`). Compaction (`JournalStore+Compaction.swift`) copies the
+// live records of the sealed segments into one new segment.
+//
+// Durability. `.flushed` (the default): a change other than a removal returns once its frame
+// is flushed; concurrent changes share flushes (group commit). A removal is written at once
+// (a process crash keeps it) and flushed by the next change's flush or within the writer's
+// flush delay: a power cut just after it may undo it, and the operation runs again
+// (at-least-once); `strictRemovals` flushes removals too. `.processCrash` never flushes
+// anything (not even directories): a crash or a kill keeps every change that returned, a
+// power cut may not.
+//
+// The index is updated when a frame is written, before it is flushed: a reader may see a
+// change whose call has not returned yet. A flush that fails fails the store for good
+// (every later change throws): what was written since the last good flush cannot be trusted.
+//
+// Newer formats. A segment whose header names a newer format version makes open throw
+// ``PersistenceError/Code/unsupportedFormatVersion``, and nothing is changed on disk. A frame
+// of a kind this version does not know cannot be in a version 1 segment (a new kind comes
+// with a new segment format version), so the scan reports it as damage, and it is quarantined
+// like any corrupt frame. An `attempt` frame (crash evidence) is read and ignored for now. A record
+// of a newer record format inside a valid frame is kept where it is and reported as skipped,
+// and the store opens read-only (every change throws ``PersistenceError/Code/storeNotWritable``):
+// compaction could not copy what it cannot read, and a newer library may rely on frames this
+// one would misplace.
+
+/// A crash-safe store of operation records in an append-only journal of property-list records,
+/// with an in-memory index; see the description at the top of this file.
+///
+/// The store takes no directory lock: its owner (the record store) holds the store's lock.
+///
+/// ```swift
+/// let journal = try JournalStore(directory: directory)
+/// let record = OperationRecord(typeIdentifier: "upload", payload: Data([1]),
+///                              enqueueSequence: journal.nextEnqueueSequence())
+/// try journal.add(record)                        // durable when it returns
+/// try journal.removePending(id: record.id)       // written now, flushed with the next commit
+/// journal.close()
+/// ```
+///
+/// Thread safety: every method may be called from any thread. Changes to one record must be
+/// serialised by the caller (the queue runs one operation per record).
+package final class JournalStore: Sendable {
+    /// How durable a change is when its call returns.
+    package enum Durability: Sendable {
+        /// Flushed to stable storage (removals: see ``Configuration/strictRemovals``).
+        case flushed
+        /// Written to the file only, never flushed: survives a process crash or kill, not a
+        /// power cut.
+        case processCrash
+    }
+
+    /// Settings of a journal store.
+    ///
+    /// ```swift
+    /// let settings = JournalStore.Configuration(durability: .processCrash, strictRemovals: true)
+    /// let journal = try JournalStore(directory: directory, configuration: settings)
+    /// journal.close()
+    /// ```
+    package struct Configuration: Sendable {
+        /// The default size past which the active segment is sealed and a new one started: 4 MiB.
+        package static let defaultSegmentSize = 4 << 20
+        /// The default size the sealed segments must reach before compaction runs: 1 MiB.
+        package static let defaultCompactionMinimumSize = 1 << 20
+
+        /// How durable changes are. Default: ``Durability/flushed``.
+        package var durability: Durability
+        /// Whether a removal is flushed before it returns. Default: `false` (it rides along
+        /// with the next flush, within ``flushDelay``).
+        package var strictRemovals: Bool
+        /// The size past which the active segment is sealed. Default: 4 MiB.
+        package var segmentSize: Int
+        /// Compaction runs when the sealed segments hold at least this many bytes, more than
+        /// half of them dead. Default: 1 MiB.
+        package var compactionMinimumSize: Int
+        /// Whether compaction starts by itself after changes (off the caller's thread).
+        /// Default: `true`.
+        package var compactsAutomatically: Bool
+        /// How long a written frame waits at most for a flush. Default: 50 ms.
+        package var flushDelay: TimeInterval
+        /// The largest record written or read, in bytes. Default: 1 MiB.
+        package var maximumRecordSize: Int
+        /// The file system calls go through. Default: ``FileSystem/system``.
+        package var fileSystem: FileSystem
+
+        /// Creates settings.
+        package init(
+            durability: Durability = .flushed, strictRemovals: Bool = false, segmentSize: Int = defaultSegmentSize,
+            compactionMinimumSize: Int = defaultCompactionMinimumSize, compactsAutomatically: Bool = true,
+            flushDelay: TimeInterval = JournalWriter.defaultFlushDelay,
+            maximumRecordSize: Int = RecordFormat.defaultMaximumRecordSize, fileSystem: FileSystem = .system
+        ) {
+            precondition(segmentSize > JournalSegment.headerSize, "segmentSize must exceed the segment header size")
+            precondition(maximumRecordSize > RecordFormat.headerSize, "maximumRecordSize must exceed the record header size")
+            self.durability = durability
+            self.strictRemovals = strictRemovals
+            self.segmentSize = segmentSize
+            self.compactionMinimumSize = compactionMinimumSize
+            self.compactsAutomatically = compactsAutomatically
+            self.flushDelay = flushDelay
+            self.maximumRecordSize = maximumRecordSize
+            self.fileSystem = fileSystem
+        }
+
+        var flushes: Bool { durability == .flushed }
+        /// The largest frame: a batch of many records.
+        var maximumFrameSize: Int { max(JournalFrame.defaultMaximumSize, maximumRecordSize + JournalFrame.headerSize) }
+    }
+
+    /// What open found that was not a usable record.
+    ///
+    /// ```swift
+    /// let journal = try JournalStore(directory: directory)
+    /// for entry in journal.openReport.quarantined { log("\(entry.name): \(entry.reason)") }
+    /// journal.close()
+    /// ```
+    package struct OpenReport: Sendable {
+        /// Damaged bytes copied to the quarantine area (and records that did not decode).
+        package var quarantined: [LoadReport.Entry] = []
+        /// Records of a newer format, left where they are (the store is then read-only).
+        package var skipped: [LoadReport.Entry] = []
+        /// Bytes cut off the end of the last segment (a torn tail), 0 when none.
+        package var truncatedBytes = 0
+    }
+
+    /// The active segment: the one the writer appends to.
+    struct ActiveSegment: Sendable {
+        var file: JournalSegmentFile
+        var writer: JournalWriter
+        var salt: UInt32
+    }
+
+    /// The mutable state, behind ``state``.
+    struct State: Sendable {
+        var index = JournalIndex()
+        /// Every segment, the active one included, open for reading.
+        var segments: [JournalSegmentName: JournalSegmentFile] = [:]
+        /// The valid size of each segment.
+        var sizes: [JournalSegmentName: Int64] = [:]
+        var active: ActiveSegment?
+        /// Writers of sealed segments, closed when compaction removes their segment.
+        var sealedWriters: [JournalSegmentName: JournalWriter] = [:]
+        /// Segments sealed after a successful flush of everything written to them.
+        var durablySealed: Set<JournalSegmentName> = []
+        var lastEnqueueSequence: UInt64 = 0
+        var isClosed = false
+        var isCompacting = false
+        /// Why the store takes no changes, when it does not.
+        var failure: PersistenceError?
+        var compactions = 0
+    }
+
+    /// The store directory (`<root>`).
+    package let directory: URL
+    /// What open found.
+    package let openReport: OpenReport
+    let configuration: Configuration
+    let journalPath: String
+    let quarantinePath: String
+    let state: Locked<State>
+    /// Runs compactions one at a time, off the callers' threads.
+    let compactionQueue = DispatchQueue(label: "PersistentOperations.JournalStore.compaction")
+
+    /// Opens the journal store at `directory`, creating it (mode 0700) when missing: reads
+    /// every segment once, cuts a torn tail off the last, quarantines damaged bytes.
+    ///
+    /// - Throws: ``PersistenceError/Code/unsupportedFormatVersion`` when a segment was written
+    ///   by a newer library; ``PersistenceError/Code/directoryUnavailable`` when the
+    ///   directories cannot be created; ``PersistenceError/Code/readFailed`` or
+    ///   ``PersistenceError/Code/writeFailed`` when the file system fails.
+    package init(directory: URL, configuration: Configuration = Configuration()) throws {
+        self.directory = directory
+        self.configuration = configuration
+        let root = StoreLayout(directory: directory).root
+        journalPath = root + "/journal"
+        quarantinePath = root + "/" + StoreLayout.Area.quarantine.rawValue
+        let opened = try Self.open(root: root, journalPath: journalPath, quarantinePath: quarantinePath, configuration: configuration)
+        openReport = opened.report
+        state = Locked(opened.state)
+    }
+
+    deinit {
+        // Not `close()`: the last reference may be dropped by a compaction, on its own queue.
+        closeSegments()
+    }
+
+    /// Waits for a compaction under way, flushes what was written and closes the segments;
+    /// later changes throw ``PersistenceError/Code/storeNotWritable``.
+    package func close() {
+        state.withLock { $0.isClosed = true }
+        compactionQueue.sync {}
+        closeSegments()
+    }
+
+    private func closeSegments() {
+        let writers: [JournalWriter] = state.withLock { state in
+            state.isClosed = true
+            defer {
+                state.active = nil
+                state.sealedWriters = [:]
+                state.segments = [:]
+            }
+            return [state.active?.writer].compactMap { $0 } + Array(state.sealedWriters.values)
+        }
+        for writer in writers { writer.close() }
+    }
+
+    // MARK: Queries
+
+    /// The number of pending records.
+    package var pendingCount: Int { state.withLock { $0.index.pendingCount } }
+    /// The number of failed records.
+    package var failedCount: Int { state.withLock { $0.index.failedCount } }
+    /// How many compactions have completed since open (for tests).
+    package var compactionCount: Int { state.withLock { $0.compactions } }
+
+    /// The total size of the segment files, in bytes.
+    package var journalSize: Int64 {
+        state.withLock { state in
+            state.sizes.reduce(0) { $0 + $1.value } - (state.active.map { state.sizes[$0.file.name]! } ?? 0)
+                + (state.active.map { $0.writer.size } ?? 0)
+        }
+    }
+
+    /// Whether the store takes changes; `false` after a failed flush, or when open found
+    /// records of a newer format.
+    package var isWritable: Bool { state.withLock { $0.failure == nil && !$0.isClosed } }
+
+    /// A new enqueue sequence number, greater than every one handed out or stored before.
+    package func nextEnqueueSequence() -> UInt64 {
+        state.withLock { state in
+            state.lastEnqueueSequence += 1
+            return state.lastEnqueueSequence
+        }
+    }
+
+    /// The pending record `id`, read with one `pread` and verified before it is decoded.
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound``, or
+    ///   ``PersistenceError/Code/corruptRecord`` when its bytes changed since open.
+    package func readPending(id: String) throws -> OperationRecord {
+        try read(id: id, in: .pending)
+    }
+
+    /// The failed record `id`; see ``readPending(id:)``.
+    package func readFailed(id: String) throws -> OperationRecord {
+        try read(id: id, in: .failed)
+    }
+
+    /// Calls `body` with each pending record, in enqueue order, reading them one at a time.
+    /// Records changed or removed meanwhile are read as they are when their turn comes.
+    ///
+    /// - Returns: the records that could not be read, with the reason.
+    @discardableResult
+    package func forEachPendingRecord(_ body: (OperationRecord) throws -> Void) throws -> [LoadReport.Entry] {
+        let order = state.withLock { state in
+            state.index.entries.filter { $0.value.area == .pending }
+                .sorted { $0.value.enqueueSequence < $1.value.enqueueSequence }
+                .map(\.key)
+        }
+        var unreadable: [LoadReport.Entry] = []
+        for id in order {
+            do {
+                try body(try read(uuid: id, in: .pending))
+            } catch let error as PersistenceError where error.code == .recordNotFound {
+                continue
+            } catch let error as PersistenceError where error.code == .corruptRecord || error.code == .readFailed {
+                unreadable.append(.init(name: id.uuidString, reason: error.message, code: error.code))
+            }
+        }
+        return unreadable
+    }
+
+    /// Every pending record, in run order, with what open found.
+    package func loadPending() throws -> LoadReport {
+        var report = LoadReport()
+        let unreadable = try forEachPendingRecord { report.records.append($0) }
+        report.quarantined = openReport.quarantined + unreadable
+        report.skipped = openReport.skipped
+        report.sortRecords()
+        return report
+    }
+
+    /// Every failed record, in run order; records that can no longer be read are reported.
+    package func loadFailed() throws -> LoadReport {
+        var report = LoadReport()
+        let ids = state.withLock { state in state.index.entries.filter { $0.value.area == .failed }.map(\.key) }
+        for id in ids {
+            do {
+                report.records.append(try read(uuid: id, in: .failed))
+            } catch let error as PersistenceError where error.code == .recordNotFound {
+                continue
+            } catch let error as PersistenceError where error.code == .corruptRecord || error.code == .readFailed {
+                report.quarantined.append(.init(name: id.uuidString, reason: error.message, code: error.code))
+            }
+        }
+        report.sortRecords()
+        return report
+    }
+
+    // MARK: Reading one record
+
+    private func read(id: String, in area: JournalIndex.Area) throws -> OperationRecord {
+        guard let uuid = Self.uuid(id) else { throw notFound(id, in: area) }
+        return try read(uuid: uuid, in: area)
+    }
+
+    private func read(uuid: UUID, in area: JournalIndex.Area) throws -> OperationRecord {
+        let found: (JournalIndex.Location, JournalSegmentFile)? = state.withLock { state in
+            guard let entry = state.index.entries[uuid], entry.area == area,
+                  let file = state.segments[entry.location.segment] else { return nil }
+            return (entry.location, file)
+        }
+        guard let (location, file) = found else { throw notFound(uuid.uuidString, in: area) }
+        return try RecordFormat.decode(recordBytes(at: location, in: file), maximumSize: configuration.maximumRecordSize)
+    }
+
+    /// The record bytes at `location`: one read, and for a whole frame its checks.
+    func recordBytes(at location: JournalIndex.Location, in file: JournalSegmentFile) throws -> Data {
+        let bytes = try file.read(count: Int(location.length), at: location.offset)
+        guard location.isFrame else { return bytes }
+        let verified = bytes.withUnsafeBytes { raw in
+            JournalFrame.verify(raw.bindMemory(to: UInt8.self), at: 0, salt: file.salt, maximumSize: configuration.maximumFrameSize)
+        }
+        switch verified {
+        case .success(let frame):
+            return bytes.subdata(in: frame.body)
+        case .failure(let rejection):
+            throw PersistenceError(.corruptRecord, "The journal frame of a record no longer verifies (\(rejection)).", fileURL: URL(fileURLWithPath: file.path))
+        }
+    }
+
+    func notFound(_ id: String, in area: JournalIndex.Area) -> PersistenceError {
+        PersistenceError(.recordNotFound, "There is no \(area) record \(id).")
+    }
+
+    /// The identifier's `UUID`, when it is a library-generated identifier.
+    static func uuid(_ id: String) -> UUID? {
+        guard OperationRecord.isValidIdentifier(id) else { return nil }
+        return UUID(uuidString: id)
+    }
+}
