@@ -3,7 +3,8 @@ import Testing
 @testable import PersistentOperations
 
 /// A synchronous retrying operation whose attempt blocks its thread until the test lets it go
-/// (or 30 s pass), then reports success: an attempt a stop cannot end early.
+/// (or 55 s pass: longer than the test may take on a loaded machine, shorter than its time
+/// limit), then reports success: an attempt a stop cannot end early.
 final class BlockingSyncUpload: RetryingOperation, PersistentOperation, @unchecked Sendable {
     static let persistenceIdentifier = "test.blocking-sync-upload"
     static let release = DispatchSemaphore(value: 0)
@@ -18,7 +19,7 @@ final class BlockingSyncUpload: RetryingOperation, PersistentOperation, @uncheck
 
     override func startBaseOperation(isRetry: Bool) {
         Journal.record(payload.journal, "\(payload.name)#\(numberOfAttempts) retry=\(isRetry)")
-        _ = Self.release.wait(timeout: .now() + 30)
+        _ = Self.release.wait(timeout: .now() + 55)
         baseOperationEnded()
     }
 
@@ -173,7 +174,7 @@ struct BoundedRunTests {
         let stoppedAt = Date()
         run.stop()
         let report = await run.report
-        #expect(Date().timeIntervalSince(stoppedAt) < 15)   // bounded by the 0.2 s grace, not by the attempt's 30 s
+        #expect(Date().timeIntervalSince(stoppedAt) < 15)   // bounded by the 0.2 s grace, not by the attempt's 55 s
         let id = try #require(fixture.queue.identifier(of: blocking))
         #expect(report.stillRunning == [id])
         #expect(report.stopped.isEmpty)

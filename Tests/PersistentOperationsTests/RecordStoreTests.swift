@@ -93,6 +93,49 @@ struct RecordStoreTests {
         #expect(store.attemptsInFlight() == [record.id: 1])
     }
 
+    @Test(arguments: [false, true])
+    func aMoveInterruptedAfterItsLinkIsFinishedByTheNextOpen(requeue: Bool) throws {
+        // Given a move between the areas cut off after the record got its name in the other
+        // area (its old name could not be unlinked: as if the process died right there)
+        let directory = try TemporaryDirectory()
+        var fileSystem = FileSystem.system
+        let failsUnlink = Locked(false)
+        let system = FileSystem.system
+        fileSystem.unlink = { path in
+            if failsUnlink.withLock({ $0 }) { throw SystemCallError("unlink", path: path, code: EIO) }
+            try system.unlink(path)
+        }
+        let record = try makeRecord()
+        do {
+            let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: fileSystem))
+            try store.add(record)
+            if requeue {
+                _ = try store.moveToFailed(record, reason: "test")
+                failsUnlink.withLock { $0 = true }
+                #expect(throws: PersistenceError.self) { _ = try store.requeueFailed(id: record.id) }
+            } else {
+                failsUnlink.withLock { $0 = true }
+                #expect(throws: PersistenceError.self) { _ = try store.moveToFailed(record, reason: "test") }
+            }
+            failsUnlink.withLock { $0 = false }
+            store.close()
+        }
+        let recordName = StoreLayout.fileName(ofRecord: record.id)
+        #expect(try directory.names(in: "pending").contains(recordName))
+        #expect(try directory.names(in: "failed").contains(recordName))
+
+        // When the store is opened again and both areas are loaded
+        let store = try RecordStore(directory: directory.store)
+        let pending = try store.loadPending()
+        let failed = try store.loadFailed()
+
+        // Then the move is finished: the record is in one area only, by name too
+        #expect(pending.records.map(\.id) == (requeue ? [record.id] : []))
+        #expect(failed.records.map(\.id) == (requeue ? [] : [record.id]))
+        #expect(try directory.names(in: requeue ? "failed" : "pending").contains(recordName) == false)
+        #expect(try directory.names(in: requeue ? "pending" : "failed").contains(recordName))
+    }
+
     @Test func aRecordWithoutItsPayloadIsNeverWrittenOverTheStoredOne() throws {
         // Given a stored record
         let directory = try TemporaryDirectory()

@@ -349,6 +349,9 @@ package final class RecordStore: Sendable {
                 try checkAreaExists(destination)
                 throw writeFailed("Could not move the entry to the \(destination.rawValue) area; it is unchanged.", path: sourcePath, error: error)
             }
+            // A rename onto another name of the same file (the copy an interrupted move left)
+            // does nothing and succeeds (POSIX): the source name must then go by itself.
+            linked = (try? fileSystem.linkStatus(sourcePath)) != nil
         }
         try synchronize(destination, changing: destinationPath)
         if linked {
