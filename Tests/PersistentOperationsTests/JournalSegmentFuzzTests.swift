@@ -12,8 +12,9 @@ import Testing
 /// the others) and demands every one of them back. The only other frames allowed are
 /// reassembled ones: a frame that starts with an original frame's own first byte and whose
 /// kind and body equal that frame's, its missing bytes replaced by identical ones from
-/// elsewhere (a frame of zeros cut in half and followed by zeros). Such a frame is byte for
-/// byte what was written, in its own place in the order. `PERSISTENT_OPERATIONS_JOURNAL_FUZZ_COUNT`
+/// elsewhere (a frame of zeros cut in half and followed by zeros), or a later frame moved up
+/// over an earlier one cut short whose header began the same way (its last byte still its
+/// own). Such a frame is byte for byte what was written, in its own place in the order. `PERSISTENT_OPERATIONS_JOURNAL_FUZZ_COUNT`
 /// and `PERSISTENT_OPERATIONS_JOURNAL_FUZZ_SEED` change the number of cases and the seed.
 @Suite("Journal segment fuzzing", .timeLimit(.minutes(3)))
 struct JournalSegmentFuzzTests {
@@ -159,7 +160,7 @@ struct JournalSegmentFuzzTests {
             }
             for found in scan.frames where !intact.contains(found) {
                 let original = damaged.origins[found.offset].flatMap { origin in sample.frames.first { $0.offset == origin } }
-                if original?.frame == found.frame {
+                if original?.frame == found.frame || Self.isWrittenFrameMovedUp(found, in: damaged, of: sample) {
                     framesReassembled += 1
                 } else {
                     problems.append("a frame found at \(found.offset) is neither intact nor a reassembled original")
@@ -187,6 +188,20 @@ struct JournalSegmentFuzzTests {
         #expect(Self.caseCount >= 10_000 || Self.environment["PERSISTENT_OPERATIONS_JOURNAL_FUZZ_COUNT"] != nil)
         #expect(failures.isEmpty, "\(failures)")
         #expect(framesFound == framesIntact + framesReassembled)
+    }
+
+    /// Whether `found` is byte for byte a later frame of `sample` that damage moved up, not
+    /// intact by its bytes' origins: its first bytes now come from an earlier frame cut short,
+    /// whose header began the same way (same marker, salt and kind), and the rest from the
+    /// frame itself — a frame that was written, in its order, none other not found.
+    static func isWrittenFrameMovedUp(_ found: JournalSegmentScan.LocatedFrame, in damaged: Damaged, of sample: SegmentSample) -> Bool {
+        guard let origin = damaged.origins[found.offset], found.range.upperBound <= damaged.bytes.count else { return false }
+        let bytes = damaged.bytes[found.range]
+        return sample.frames.contains { written in
+            written.offset > origin && written.frame == found.frame
+                && sample.bytes[written.range].elementsEqual(bytes)
+                && damaged.origins[found.range.upperBound - 1] == written.range.upperBound - 1
+        }
     }
 
     @Test func theIntactFrameCheckCanFail() throws {
