@@ -155,6 +155,42 @@ struct PeriodicOperationTests {
         last.close()
     }
 
+    @Test func aSeriesWhoseLaunchEndedBeforeItsAttemptMarkerWentIsRestoredBetweenPeriods() async throws {
+        // Given a launch closed while the end of the first period was being saved: the close
+        // waits for that write, and the attempt's marker, removed just after it, stays
+        let gate = PendingWriteGate()
+        let fixture = try QueueFixture(suspended: true, fileSystem: gate.fileSystem)
+        let (queue, clock, start) = (fixture.queue, fixture.clock, fixture.clock.now)
+        let added = try queue.addOperation(fixture.upload("tick"), options: EnqueueOptions(repeating: .every(3600, flex: 600)))
+        gate.arm()
+        queue.isSuspended = false
+        #expect(try await eventually { gate.isHolding })
+        let closing = Task { await onDedicatedThread { queue.close() } }
+        #expect(try await eventually { queue.store.state.withLock { $0.isClosed } })
+        gate.release()
+        await closing.value
+        #expect(try theRecord(fixture).completedPeriods == 1)
+        #expect(FileManager.default.fileExists(atPath: fixture.directory.path("attempts", added.id.rawValue + ".attempt")))
+
+        // When the app comes back before the next period's window opens
+        clock.advance(by: 60)
+        let next = try QueueFixture.open(fixture.directory, clock: clock, events: fixture.events)
+        let report = try next.restore()
+
+        // Then the series is between periods, as the record says: nothing runs alone, and
+        // waiting for the queue does not wait for the next period
+        #expect(report.runAlone.isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: fixture.directory.path("attempts", added.id.rawValue + ".suspect")))
+        #expect(next.nextDueDate == start.addingTimeInterval(3000))
+        #expect(await finishes(within: 10) { await next.allOperationsFinished() })
+
+        // And the next period starts as a first attempt once its window opens
+        clock.advance(by: 3000 - 60)
+        #expect(try await eventually { next.operations().first?.completedPeriods == 2 })
+        #expect(fixture.lines == ["tick#1 retry=false retries=0", "tick#1 retry=false retries=0"])
+        next.close()
+    }
+
     @Test func aFailedAttemptIsRetriedWithinThePeriodAndAPeriodThatFailsForGoodDoesNotEndTheSeries() async throws {
         let fixture = try QueueFixture()
         let start = fixture.clock.now
@@ -362,5 +398,62 @@ struct PeriodicOperationTests {
         #expect(report.periodsEnded.count == 4)
         #expect(report.nextDueDate == start.addingTimeInterval(40))
         #expect(fixture.lines.count == 4)
+    }
+}
+
+/// Holds the first rename into the pending area after ``arm()`` — the next record write's —
+/// until ``release()``.
+private final class PendingWriteGate: Sendable {
+    private struct State: Sendable {
+        var isArmed = false
+        var isHolding = false
+    }
+
+    private let state = Locked(State())
+    private let released = DispatchSemaphore(value: 0)
+
+    var fileSystem: FileSystem {
+        var fileSystem = FileSystem.system
+        fileSystem.rename = { [self] source, destination in
+            let holds = state.withLock { state -> Bool in
+                guard state.isArmed, destination.contains("/pending/") else { return false }
+                state.isArmed = false
+                state.isHolding = true
+                return true
+            }
+            if holds { released.wait() }
+            try FileSystem.system.rename(source, destination)
+        }
+        return fileSystem
+    }
+
+    func arm() {
+        state.withLock { $0.isArmed = true }
+    }
+
+    /// Whether a write is being held.
+    var isHolding: Bool {
+        state.withLock { $0.isHolding }
+    }
+
+    func release() {
+        released.signal()
+    }
+}
+
+/// Whether `wait` returns within `seconds`; if it does not, its task is cancelled.
+private func finishes(within seconds: Double, _ wait: @escaping @Sendable () async -> Void) async -> Bool {
+    await withTaskGroup(of: Bool.self) { group in
+        group.addTask {
+            await wait()
+            return !Task.isCancelled
+        }
+        group.addTask {
+            try? await Task.sleep(for: .seconds(seconds))
+            return false
+        }
+        let first = await group.next() ?? false
+        group.cancelAll()
+        return first
     }
 }

@@ -266,6 +266,10 @@ package struct OperationRecord: Codable, Sendable, Equatable {
     /// Whether the record is a periodic operation's.
     package var isPeriodic: Bool { repeatInterval != nil }
 
+    /// Whether the record is a periodic operation's saved between two periods: a period ended,
+    /// and the next one has made no attempt that a retry saved.
+    package var isBetweenPeriods: Bool { isPeriodic && completedPeriods > 0 && numberOfAttempts == 0 }
+
     /// Where the record stands in run order (see ``RunOrder``).
     package var runOrder: RunOrder {
         RunOrder(priority: priority, enqueueSequence: enqueueSequence)

@@ -238,6 +238,20 @@ extension PersistentOperationQueue {
     /// cannot be rebuilt (reported); the payload is decoded to check it, but the operation is
     /// built only when its first attempt starts.
     private func admitRestored(_ record: OperationRecord, suspect: CrashSuspect?, now: Date, into restored: inout [RestoredRecord], report: inout RestoreReport) {
+        var suspect = suspect
+        if suspect != nil, record.isBetweenPeriods, let due = record.dueDate, due > now {
+            // A series saved between periods whose next window has not opened: no attempt of
+            // that period has started (a period's first attempt does not rewrite the record, and
+            // starts only once due — unless the clock was set back since), so the evidence is
+            // the last period's attempt, whose end was saved before its marker was removed: the
+            // launch ended in between (a crash, or a close, which waits for the save but not for
+            // the removal). Taken for an interrupted attempt, it would keep the series out of
+            // the idle ones until its next window (`allOperationsFinished()` waiting that long),
+            // run that period alone and as a retry, and might blame it for a crash.
+            store.clearSuspect(forRecord: record.id)
+            store.clearAttemptsInFlight(forRecord: record.id)
+            suspect = nil
+        }
         if let suspect, suspect.crashes >= configuration.crashLoopLimit {
             let reason = "it crashed the process \(suspect.crashes) times while its attempt ran alone (crash-loop limit \(configuration.crashLoopLimit))"
             failRestored(record, suspect: suspect, reason: reason, what: "a crash-looping record", listedIn: \.movedToFailedAfterCrashes, report: &report)

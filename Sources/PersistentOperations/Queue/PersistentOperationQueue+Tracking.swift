@@ -49,7 +49,7 @@ extension PersistentOperationQueue {
             state.entries[record.id] = entry
             if let batch = record.batchID { state.batchMembers[batch, default: 0] += 1 }
             // A series that ended a period and has not started the next: idle until that is due.
-            if record.isPeriodic, record.completedPeriods > 0, record.numberOfAttempts == 0, interrupted == 0 {
+            if record.isBetweenPeriods, interrupted == 0 {
                 state.seriesBetweenPeriods.insert(record.id)
             }
         }
