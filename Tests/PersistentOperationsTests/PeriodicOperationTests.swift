@@ -16,7 +16,10 @@ struct PeriodicOperationTests {
         let fixture = try QueueFixture()
         let start = fixture.clock.now
         try fixture.queue.addOperation(fixture.upload("tick"), options: EnqueueOptions(repeating: schedule))
-        #expect(try await eventually { fixture.queue.operations().first?.completedPeriods == 1 })
+        // Closed once the period's end is saved and its attempt marker removed (the
+        // `periodEnded` event comes after both; the count of periods changes before). A launch
+        // that ends in between: `aSeriesWhoseLaunchEndedBeforeItsAttemptMarkerWentIsRestoredBetweenPeriods`.
+        #expect(try await eventually { periodsEnded(fixture) == 1 })
         fixture.queue.close()
         return (fixture, start)
     }
