@@ -70,9 +70,11 @@ package struct JournalFrame: Sendable, Equatable {
     package static let headerSize = 24
     /// The four bytes every frame starts with.
     package static let marker: [UInt8] = [0xF9, 0x4A, 0x46, 0x52]
-    /// The default cap on the size of one frame, header included: 16 MiB, room for a batch of
-    /// many records of the default record cap (``RecordFormat/defaultMaximumRecordSize``).
-    package static let defaultMaximumSize = 16 << 20
+    /// The default cap on the size of one frame, header included: 1 GiB, room for the batch
+    /// of one large `addOperations` (100,000 typical records take about 75 MB). The header
+    /// check is verified before a length is believed, so a large cap never sends a reader
+    /// after a corrupt length.
+    package static let defaultMaximumSize = 1 << 30
 
     /// What the frame does.
     package var kind: Kind

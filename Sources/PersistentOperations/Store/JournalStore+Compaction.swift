@@ -178,6 +178,7 @@ extension JournalStore {
             return retired
         }
         for writer in retired { writer.close() }
+        ensureReserve()
 
         // Step 4: remove the old segments, oldest first.
         for name in plan.sealed {

@@ -1,5 +1,11 @@
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 // Every change is one frame: checked against the index, written by the active segment's
 // writer and applied to the index under the store's lock (so the journal's order is the
 // index's order), then flushed outside the lock, where concurrent changes share the flush.
@@ -125,6 +131,72 @@ extension JournalStore {
         return ids.count
     }
 
+    /// Stores records read from another layout (a migration): every record whose identifier
+    /// the journal does not hold yet, pending ones in batch frames, failed ones in move
+    /// frames, flushed once at the end. Returns how many were stored.
+    ///
+    /// Calling it again with the same records after a crash stores only those still missing,
+    /// so a migration interrupted at any instant is finished by running it again.
+    @discardableResult
+    package func importRecords(pending: [OperationRecord], failed: [OperationRecord]) throws -> Int {
+        let known = state.withLock { state in Set(state.index.entries.keys) }
+        let newPending = pending.filter { Self.uuid($0.id).map { !known.contains($0) } ?? false }
+        let newFailed = failed.filter { Self.uuid($0.id).map { !known.contains($0) } ?? false }
+        var chunk: [OperationRecord] = []
+        var chunkSize = 0
+        func writeChunk() throws {
+            guard !chunk.isEmpty else { return }
+            try commit(.batch, chunk, flushes: false) { _ in }
+            chunk = []
+            chunkSize = 0
+        }
+        for record in newPending {
+            chunk.append(record)
+            chunkSize += record.payload.count + 512
+            if chunkSize >= Self.importChunkSize { try writeChunk() }
+        }
+        try writeChunk()
+        for record in newFailed {
+            try commit(.moveToFailed, [record], flushes: false) { _ in }
+        }
+        if configuration.flushes, let writer = state.withLock({ $0.active?.writer }) {
+            try writer.flush()
+        }
+        return newPending.count + newFailed.count
+    }
+
+    /// The size past which an import starts another batch frame.
+    static let importChunkSize = 4 << 20
+
+    /// Moves a pending record whose payload cannot be used to the quarantine area, as a record
+    /// file (`<id>.record`, or with a suffix when taken) with a `.reason` file, and returns its
+    /// name there. The copy is flushed before the record leaves the journal (with a flushed
+    /// removal), so a cut at any instant keeps it in one place or both.
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound``, ``PersistenceError/Code/writeFailed``.
+    package func quarantinePending(id: String, reason: String) throws -> String {
+        let uuid = try identifier(id)
+        let bytes = try state.withLock { state -> (JournalIndex.Location, JournalSegmentFile) in
+            try checkWritable(state)
+            guard let entry = state.index.entries[uuid], entry.area == .pending,
+                  let file = state.segments[entry.location.segment] else { throw self.notFound(id, in: .pending) }
+            return (entry.location, file)
+        }
+        // The bytes as they are, verified or not: a record is quarantined because it cannot be used.
+        let recordBytes: Data
+        if let verified = try? self.recordBytes(at: bytes.0, in: bytes.1) {
+            recordBytes = verified
+        } else {
+            recordBytes = try bytes.1.read(count: Int(bytes.0.length), at: bytes.0.offset)
+        }
+        let name = try Quarantine(path: quarantinePath, configuration: configuration)
+            .keepRecord(recordBytes, named: StoreLayout.fileName(ofRecord: id), reason: reason)
+        try commitRemoval(uuid, flushes: true) { state in
+            guard state.index.entries[uuid]?.area == .pending else { throw self.notFound(id, in: .pending) }
+        }
+        return name
+    }
+
     // MARK: Machinery
 
     private func identifier(_ id: String) throws -> UUID {
@@ -182,8 +254,23 @@ extension JournalStore {
             try checkWritable(state)
             try check(&state)
             guard let active = state.active else { throw closed() }
+            // Frames written to a segment whose directory was moved or deleted meanwhile
+            // would be lost with it: refuse, until it is back.
+            guard (try? configuration.fileSystem.linkStatus(active.file.path)) != nil else {
+                throw PersistenceError(
+                    .directoryUnavailable,
+                    "The store's journal directory was moved or deleted while the store was open. Restore it, or close and reopen the store to create it again.",
+                    fileURL: URL(fileURLWithPath: journalPath)
+                )
+            }
             let bytes = try frame.encoded(salt: active.salt, maximumSize: configuration.maximumFrameSize)
-            let offset = try active.writer.append(bytes, durability: .written)
+            let offset: Int64
+            do {
+                offset = try active.writer.append(bytes, durability: .written)
+            } catch let error as PersistenceError where Self.isDiskFull(error) && frame.kind.endsWork && releaseReserve() {
+                // A full disk must not keep work from completing: the reserve makes room.
+                offset = try active.writer.append(bytes, durability: .written)
+            }
             apply(&state, active.file.name, offset, bytes.count)
             if active.writer.size >= Int64(configuration.segmentSize) {
                 rollActiveSegment(&state)
@@ -205,6 +292,11 @@ extension JournalStore {
             }
         }
         compactIfDue()
+    }
+
+    /// Whether `error` is a write that failed for lack of space.
+    static func isDiskFull(_ error: PersistenceError) -> Bool {
+        (error.underlyingError as? SystemCallError).map { $0.code == ENOSPC || $0.code == EDQUOT } ?? false
     }
 
     /// Seals the active segment (flushing it) and starts the next. On failure the active

@@ -27,11 +27,17 @@ extension JournalStore {
 
     static func open(root: String, journalPath: String, quarantinePath: String, configuration: Configuration) throws -> Opened {
         let fileSystem = configuration.fileSystem
-        for path in [root, journalPath, quarantinePath] {
-            try createDirectory(path, configuration: configuration)
-        }
         var state = State()
         var report = OpenReport()
+        if configuration.isReadOnly {
+            state.failure = PersistenceError(.storeNotWritable, "The store was opened read-only.", fileURL: URL(fileURLWithPath: root))
+            // A store that has no journal yet (today's layout, not migrated) has no records in one.
+            if (try? fileSystem.linkStatus(journalPath))?.kind != .directory { return Opened(state: state, report: report) }
+        } else {
+            for path in [root, journalPath, quarantinePath] {
+                try createDirectory(path, configuration: configuration)
+            }
+        }
         let quarantine = Quarantine(path: quarantinePath, configuration: configuration)
         let names: [String]
         do {
@@ -39,7 +45,7 @@ extension JournalStore {
         } catch {
             throw PersistenceError(.readFailed, "Cannot list the journal directory.", fileURL: URL(fileURLWithPath: journalPath), underlyingError: error)
         }
-        if names.contains(JournalSegmentName.temporaryFileName) {
+        if names.contains(JournalSegmentName.temporaryFileName), !configuration.isReadOnly {
             try? fileSystem.unlink(journalPath + "/" + JournalSegmentName.temporaryFileName)
         }
         let segments = names.compactMap(JournalSegmentName.init(fileName:)).sorted()
@@ -76,9 +82,18 @@ extension JournalStore {
                 report.quarantined.append(quarantine.keep(bytes[region.range], segment: name, offset: region.offset, reason: region.reason))
             }
             if let tail = scan.tornTail {
-                report.quarantined.append(quarantine.keep(bytes[tail.range], segment: name, offset: tail.offset, reason: "torn tail: " + tail.reason))
+                let kept = quarantine.keep(bytes[tail.range], segment: name, offset: tail.offset, reason: "torn tail: " + tail.reason)
+                // The last segment's torn tail is the write a crash interrupted, never
+                // acknowledged; in a segment sealed (flushed whole) since, it is damage.
+                if name == segments.last { report.cutOff.append(kept) } else { report.quarantined.append(kept) }
             }
             if name == segments.last { lastScan = (name, scan, bytes.count) }
+        }
+        if configuration.isReadOnly {
+            // Nothing was quarantined: what would have been is reported as skipped.
+            report.skipped += report.quarantined
+            report.quarantined = []
+            return Opened(state: state, report: report)
         }
         if !report.skipped.isEmpty {
             state.failure = PersistenceError(
@@ -196,7 +211,7 @@ extension JournalStore {
         if let last, last.scan.header == nil, last.scan.frames.isEmpty, last.name.generation == 0 {
             // Its creation was cut short before it was synced: nothing in it was acknowledged.
             if let bytes = try? state.segments[last.name]?.read(count: last.size, at: 0), !bytes.isEmpty {
-                report.quarantined.append(quarantine.keep(bytes, segment: last.name, offset: 0, reason: "a segment without a valid header or frame"))
+                report.cutOff.append(quarantine.keep(bytes, segment: last.name, offset: 0, reason: "a segment without a valid header or frame"))
             }
             try? fileSystem.unlink(journalPath + "/" + last.name.fileName)
             state.segments[last.name] = nil
@@ -288,6 +303,10 @@ struct JournalQuarantine: Sendable {
     func keep(_ bytes: Data, segment: JournalSegmentName, offset: Int, reason: String) -> LoadReport.Entry {
         let name = "journal-" + segment.fileName.replacingOccurrences(of: "." + JournalSegmentName.fileExtension, with: "") + "-\(offset).bytes"
         var entry = LoadReport.Entry(name: "\(segment.fileName)@\(offset)", reason: reason, code: .corruptRecord, quarantineName: name)
+        guard !configuration.isReadOnly else {
+            entry.quarantineName = nil
+            return entry
+        }
         let fileSystem = configuration.fileSystem
         if (try? fileSystem.linkStatus(path + "/" + name)) != nil { return entry }
         do {
@@ -300,6 +319,27 @@ struct JournalQuarantine: Sendable {
             entry.reason += " (not kept in quarantine: \(error))"
         }
         return entry
+    }
+
+    /// Keeps a whole record file under `name` (or a free variant of it), with `reason`, and
+    /// returns the name used. Unlike ``keep(_:segment:offset:reason:)`` a failure throws: the
+    /// record leaves the journal only once its copy is safe.
+    func keepRecord(_ bytes: Data, named name: String, reason: String) throws -> String {
+        let fileSystem = configuration.fileSystem
+        var chosen = name
+        while (try? fileSystem.linkStatus(path + "/" + chosen)) != nil {
+            chosen = name + "." + UUID().uuidString.prefix(8)
+        }
+        do {
+            try write(bytes, to: path + "/" + chosen + ".tmp")
+            try? write(Data((reason + "\n").utf8), to: path + "/" + chosen + StoreLayout.reasonSuffix)
+            try fileSystem.rename(path + "/" + chosen + ".tmp", path + "/" + chosen)
+            if configuration.flushes { try fileSystem.synchronizeDirectory(path) }
+        } catch {
+            try? fileSystem.unlink(path + "/" + chosen + ".tmp")
+            throw PersistenceError(.writeFailed, "Could not copy the record to the quarantine area; it stays pending. \(error)", fileURL: URL(fileURLWithPath: path), underlyingError: error)
+        }
+        return chosen
     }
 
     private func write(_ data: Data, to path: String) throws {

@@ -105,13 +105,18 @@ package final class JournalStore: Sendable {
         package var maximumRecordSize: Int
         /// The file system calls go through. Default: ``FileSystem/system``.
         package var fileSystem: FileSystem
+        /// Whether the store is only read: open creates, cuts, quarantines and removes nothing
+        /// (damage is reported in ``OpenReport/skipped``), and every change throws
+        /// ``PersistenceError/Code/storeNotWritable``. Default: `false`.
+        package var isReadOnly: Bool
 
         /// Creates settings.
         package init(
             durability: Durability = .flushed, strictRemovals: Bool = false, segmentSize: Int = defaultSegmentSize,
             compactionMinimumSize: Int = defaultCompactionMinimumSize, compactsAutomatically: Bool = true,
             flushDelay: TimeInterval = JournalWriter.defaultFlushDelay,
-            maximumRecordSize: Int = RecordFormat.defaultMaximumRecordSize, fileSystem: FileSystem = .system
+            maximumRecordSize: Int = RecordFormat.defaultMaximumRecordSize, fileSystem: FileSystem = .system,
+            isReadOnly: Bool = false
         ) {
             precondition(segmentSize > JournalSegment.headerSize, "segmentSize must exceed the segment header size")
             precondition(maximumRecordSize > RecordFormat.headerSize, "maximumRecordSize must exceed the record header size")
@@ -123,9 +128,10 @@ package final class JournalStore: Sendable {
             self.flushDelay = flushDelay
             self.maximumRecordSize = maximumRecordSize
             self.fileSystem = fileSystem
+            self.isReadOnly = isReadOnly
         }
 
-        var flushes: Bool { durability == .flushed }
+        var flushes: Bool { durability == .flushed && !isReadOnly }
         /// The largest frame: a batch of many records.
         var maximumFrameSize: Int { max(JournalFrame.defaultMaximumSize, maximumRecordSize + JournalFrame.headerSize) }
     }
@@ -144,6 +150,10 @@ package final class JournalStore: Sendable {
         package var skipped: [LoadReport.Entry] = []
         /// Bytes cut off the end of the last segment (a torn tail), 0 when none.
         package var truncatedBytes = 0
+        /// What was cut off the end of the journal, kept in the quarantine area too: the
+        /// torn tail of the last segment, or a last segment whose creation a crash cut short.
+        /// Never an acknowledged change (it was not flushed), so not reported as damage.
+        package var cutOff: [LoadReport.Entry] = []
     }
 
     /// The active segment: the one the writer appends to.
@@ -200,6 +210,7 @@ package final class JournalStore: Sendable {
         let opened = try Self.open(root: root, journalPath: journalPath, quarantinePath: quarantinePath, configuration: configuration)
         openReport = opened.report
         state = Locked(opened.state)
+        ensureReserve()
     }
 
     deinit {
@@ -302,6 +313,17 @@ package final class JournalStore: Sendable {
         report.skipped = openReport.skipped
         report.sortRecords()
         return report
+    }
+
+    /// The identifiers of the failed records, in no particular order.
+    package var failedIdentifiers: [String] {
+        state.withLock { state in state.index.entries.filter { $0.value.area == .failed }.map(\.key.uuidString) }
+    }
+
+    /// Whether a record `id` is stored, in either area.
+    package func contains(id: String) -> Bool {
+        guard let uuid = Self.uuid(id) else { return false }
+        return state.withLock { $0.index.entries[uuid] != nil }
     }
 
     /// Every failed record, in run order; records that can no longer be read are reported.

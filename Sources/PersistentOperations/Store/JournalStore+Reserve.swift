@@ -1,0 +1,61 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+// The space reserve. A removal is a frame to append, so on a full disk a store could not
+// record that work completed, and nothing would ever leave it. A read-write store keeps
+// `journal/reserve`, 32 KiB of real (not sparse) bytes; a removal or a move to the failed
+// area that fails for lack of space deletes it and is written in the room it leaves (about
+// 500 removals). Adds and rewrites never use it: they fail with the disk full. The reserve is
+// made again, best effort, when the store opens and after a compaction.
+
+extension JournalStore {
+    /// The size of the space reserve: 32 KiB.
+    static let reserveSize = 32 << 10
+    static let reserveFileName = "reserve"
+
+    var reservePath: String { journalPath + "/" + Self.reserveFileName }
+
+    /// Whether the space reserve file is there (for tests).
+    package var hasSpaceReserve: Bool {
+        (try? configuration.fileSystem.linkStatus(reservePath)) != nil
+    }
+
+    /// Makes the space reserve when it is missing; gives up quietly when there is no room.
+    func ensureReserve() {
+        let fileSystem = configuration.fileSystem
+        guard !configuration.isReadOnly, (try? fileSystem.linkStatus(reservePath)) == nil else { return }
+        let temporary = reservePath + ".tmp"
+        do {
+            let descriptor = try fileSystem.open(temporary, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
+            defer { try? fileSystem.close(descriptor) }
+            let zeros = [UInt8](repeating: 0, count: Self.reserveSize)
+            try zeros.withUnsafeBytes { bytes in
+                var done = 0
+                while done < bytes.count {
+                    let count = try fileSystem.writeAt(descriptor, UnsafeRawBufferPointer(rebasing: bytes[done...]), Int64(done))
+                    guard count > 0 else { throw SystemCallError("pwrite", path: temporary, code: EIO) }
+                    done += count
+                }
+            }
+            if configuration.flushes { try fileSystem.synchronizeData(descriptor) }
+            try fileSystem.rename(temporary, reservePath)
+        } catch {
+            try? fileSystem.unlink(temporary)
+        }
+    }
+
+    /// Deletes the space reserve to make room; returns whether there was one.
+    func releaseReserve() -> Bool {
+        (try? configuration.fileSystem.unlink(reservePath)) != nil
+    }
+}
+
+extension JournalFrame.Kind {
+    /// Whether the frame records that work ended (and may use the space reserve).
+    var endsWork: Bool { self == .remove || self == .moveToFailed }
+}
