@@ -62,6 +62,8 @@ extension PersistentOperationQueue {
 
         /// The file system the store goes through (fault injection in tests).
         package var fileSystem: FileSystem = .system
+        /// How the store keeps its records (tests of the earlier layout choose ``RecordStore/Engine/files``).
+        package var storeEngine: RecordStore.Engine = .journal
 
         /// Creates settings; every parameter's default is documented on its property.
         public init(

@@ -132,7 +132,7 @@ extension PersistentOperationQueue {
             }
             counts.unknownType = state.unknownTypeRecords.count
         }
-        counts.failed = try store.listArea(.failed).filter { StoreLayout.recordIdentifier(fromFileName: $0) != nil }.count
+        counts.failed = try store.failedRecordIdentifiers().count
         counts.quarantined = try store.quarantinedEntryNames().count
         return counts
     }

@@ -195,7 +195,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
             directory: directory,
             configuration: RecordStore.Configuration(
                 maximumRecordSize: configuration.maximumRecordSize,
-                fileSystem: configuration.fileSystem
+                fileSystem: configuration.fileSystem, engine: configuration.storeEngine
             )
         )
         self.store = store

@@ -25,7 +25,7 @@ struct ConcurrencyTests {
         let directory = try TemporaryDirectory()
         let injector = FaultInjector()
         injector.faults.withLock { $0.directorySyncLatency = 1_000 }
-        let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: injector.fileSystem))
+        let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: injector.fileSystem, engine: .files))
         let pendingPath = StoreLayout(directory: directory.store).path(of: .pending)
         injector.counters.withLock { $0 = FaultInjector.Counters() }
         let threads = 8
@@ -63,7 +63,7 @@ struct ConcurrencyTests {
     @Test func manyThreadsAddingUpdatingRemovingAndFailingEndWithExactCounts() throws {
         // Given one store shared by 8 threads
         let directory = try TemporaryDirectory()
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let threads = 8
         let recordsPerThread = 24
         let problems = Locked<[String]>([])

@@ -36,7 +36,7 @@ struct CorruptFileFuzzTests {
             produced += size
             // Given a store whose pending area holds good records and malformed entries
             let directory = try TemporaryDirectory()
-            try RecordStore(directory: directory.store).close()
+            try RecordStore(directory: directory.store, configuration: .files).close()
             var entries: [FuzzEntry] = []
             for _ in 0..<size {
                 let entry = try FuzzEntry.make(using: &random, scratch: directory.url)
@@ -73,7 +73,7 @@ struct CorruptFileFuzzTests {
         for entry in entries {
             guard let bytes = entry.bytes else { continue }
             let single = try TemporaryDirectory()
-            try RecordStore(directory: single.store).close()
+            try RecordStore(directory: single.store, configuration: .files).close()
             try bytes.write(to: URL(fileURLWithPath: single.path("pending", entry.name)))
             if try await RestoreChild.run(store: single.store).report == nil {
                 try FileManager.default.createDirectory(at: fixtures, withIntermediateDirectories: true)
@@ -135,14 +135,20 @@ struct CorruptFileFuzzTests {
                 }
             }
             if report.quarantined.contains(where: { $0.reason.isEmpty }) { problems.append("a quarantined entry has no reason") }
-            // On disk: quarantine holds each quarantined entry and its reason; pending the rest
+            // On disk: quarantine holds each quarantined entry and its reason; the journal the
+            // records the migration took (restored ones, and those of unknown types, untouched);
+            // the pending area only what it left in place (newer format versions)
             let quarantineArea = (try? directory.names(in: "quarantine")) ?? []
             let expectedQuarantine = Set(quarantinedNames.flatMap { [$0, $0 + StoreLayout.reasonSuffix] })
             if quarantineArea != expectedQuarantine {
                 problems.append("quarantine area differs from the report: \(quarantineArea.symmetricDifference(expectedQuarantine).prefix(5))")
             }
             let pendingArea = (try? directory.names(in: "pending")) ?? []
-            let expectedPending = restoredNames.union(newerNames).union(unknownNames)
+            let expectedPending = newerNames
+            let stored = (try? RecordStore(directory: directory.store, access: .readOnly).loadPending().records.map { file($0.id) }) ?? []
+            if Set(stored) != restoredNames.union(unknownNames) {
+                problems.append("the journal differs from the report: \(Set(stored).symmetricDifference(restoredNames.union(unknownNames)).prefix(5))")
+            }
             if pendingArea != expectedPending {
                 problems.append("pending area differs from the report: \(pendingArea.symmetricDifference(expectedPending).prefix(5))")
             }
@@ -160,7 +166,7 @@ struct CorruptFileFuzzTests {
 struct FuzzCrasherRegressionTests {
     @Test func noKnownCrasherCrashesTheRestoringChild() async throws {
         let directory = try TemporaryDirectory()
-        try RecordStore(directory: directory.store).close()
+        try RecordStore(directory: directory.store, configuration: .files).close()
         var inputs: [(label: String, bytes: Data)] = []
         for crafted in CraftedPropertyList.all {
             inputs.append(("body: \(crafted.name)", recordFile(body: crafted.body)))

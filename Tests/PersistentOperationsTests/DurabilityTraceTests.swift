@@ -9,7 +9,7 @@ import Testing
     .enabled(if: Strace.isUsable, "strace is not installed or cannot trace here (ptrace not permitted); install it with `apt-get install strace`")
 )
 struct DurabilityTraceTests {
-    @Test func anAddIsWrittenSyncedRenamedAndItsDirectorySyncedBeforeItReturnsAndARemovalIsUnlinkedBeforeItIsReported() async throws {
+    @Test func anAddIsWrittenToTheJournalAndFlushedBeforeItReturnsAndARemovalIsWrittenBeforeItIsReported() async throws {
         // Given a child process that adds one operation and lets it run, under strace
         let directory = try TemporaryDirectory()
         let tracePath = directory.url.appendingPathComponent("trace.txt").path
@@ -18,7 +18,7 @@ struct DurabilityTraceTests {
             process.executableURL = URL(fileURLWithPath: Strace.path!)
             process.arguments = [
                 "-f", "-qq", "-o", tracePath,
-                "-e", "trace=openat,write,fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat",
+                "-e", "trace=openat,write,pwrite64,fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat",
                 try ChildApp.executable.path, "durability-probe", "--store", directory.store.path,
             ]
             process.standardOutput = FileHandle.nullDevice
@@ -30,29 +30,24 @@ struct DurabilityTraceTests {
         #expect(status == 0)
         let trace = try Strace.Trace(contentsOf: tracePath)
         let store = StoreLayout(directory: directory.store)
-        let pending = store.path(of: .pending)
+        let journal = store.root + "/journal/"
+        let isSegment = { (call: Strace.Call) in call.filePath?.hasPrefix(journal) == true && call.filePath?.hasSuffix(".segment") == true }
 
-        // Then the add: write the temporary file, fsync it, rename it into place, fsync the
-        // directory, and only then return from `addOperation` ("added" on standard output)
+        // Then the add: its frame is written to the journal's segment and the segment flushed,
+        // and only then does `addOperation` return ("added" on standard output)
         let added = try #require(trace.index { $0.name == "write" && $0.fileDescriptor == 1 && $0.arguments.contains("\"added ") })
-        let create = try #require(trace.index { $0.name == "openat" && $0.path?.hasPrefix(pending + "/.") == true && $0.path?.hasSuffix(".tmp") == true })
-        let temporary = trace.calls[create].path!
-        let write = try #require(trace.index(after: create) { $0.name == "write" && $0.filePath == temporary })
-        let sync = try #require(trace.index(after: write) { ["fsync", "fdatasync"].contains($0.name) && $0.filePath == temporary })
-        let rename = try #require(trace.index(after: sync) { $0.isRename && $0.path == temporary })
-        let final = trace.calls[rename].secondPath!
-        #expect(final.hasPrefix(pending + "/") && final.hasSuffix(".record") && !final.hasPrefix(pending + "/."))
-        let directorySync = try #require(trace.index(after: rename) { $0.name == "fsync" && $0.filePath == pending })
-        #expect(directorySync < added, "addOperation returned before the pending directory was synced")
-        #expect(trace.index(after: sync) { $0.name == "write" && $0.filePath == temporary } == nil, "written after its fsync")
+        let frames = trace.calls.indices.filter { trace.calls[$0].name == "pwrite64" && isSegment(trace.calls[$0]) }
+        let write = try #require(frames.last { $0 < added }, "no frame written before the add returned")
+        let sync = try #require(trace.index(after: write) { ["fsync", "fdatasync"].contains($0.name) && isSegment($0) })
+        #expect(sync < added, "addOperation returned before the journal was flushed")
 
-        // And the removal: the record is unlinked before it is reported removed (visible to
-        // the next launch after a process crash). By design the removal does not wait for a
-        // directory sync: the next add's sync or the file system's commit carries it to disk,
-        // and a power cut before then may run the completed operation again (at least once).
+        // And the removal: its frame is written before it is reported removed (a process crash
+        // keeps it). By design it does not wait for a flush of its own: the next commit's flush,
+        // or the writer's flush delay, carries it to disk, and a power cut before then may run
+        // the completed operation again (at least once).
         let removedLine = try #require(trace.index { $0.name == "write" && $0.fileDescriptor == 1 && $0.arguments.contains("\"removed ") })
-        let unlink = try #require(trace.index(after: added) { $0.isUnlink && $0.path == final })
-        #expect(unlink < removedLine, "the removal was reported before the record was unlinked")
+        let removal = try #require(frames.first { $0 > added }, "no frame written after the add")
+        #expect(removal < removedLine, "the removal was reported before its frame was written")
 
         // And no file of the store was ever created with a mode wider than 0600
         let creations = trace.calls.filter { $0.name == "openat" && $0.arguments.contains("O_CREAT") && $0.path?.hasPrefix(store.root + "/") == true }
@@ -61,7 +56,7 @@ struct DurabilityTraceTests {
             let mode = try #require(call.creationMode, "no mode in \(call.arguments)")
             #expect(mode & ~0o600 == 0, "\(call.path ?? "") created with mode \(String(mode, radix: 8))")
         }
-        print("durability trace: add = openat(O_CREAT, 0600) → write → fsync → rename → fsync(pending/) → return (calls \(create), \(write), \(sync), \(rename), \(directorySync), \(added)); removal = unlink → event (calls \(unlink), \(removedLine)); \(creations.count) files created, none wider than 0600")
+        print("durability trace: add = pwrite(segment) → fdatasync(segment) → return (calls \(write), \(sync), \(added)); removal = pwrite(segment) → event (calls \(removal), \(removedLine)); \(creations.count) files created, none wider than 0600")
     }
 }
 
@@ -143,7 +138,7 @@ enum Strace {
                 let arguments = String(head[head.index(after: headOpen)..<head.index(before: head.endIndex)])
                 let result = String(line[equals.upperBound...])
                 var call = Call(name: name, arguments: arguments, result: result)
-                if let descriptor = call.fileDescriptor, ["write", "fsync", "fdatasync"].contains(name) {
+                if let descriptor = call.fileDescriptor, ["write", "pwrite64", "fsync", "fdatasync"].contains(name) {
                     call.filePath = descriptors["\(descriptor)"]
                 }
                 if name == "openat", let path = call.path, let descriptor = Int32(result.prefix { $0.isNumber }) {

@@ -20,7 +20,7 @@ struct FaultInjectionTests {
         init() throws {
             directory = try TemporaryDirectory()
             store = try RecordStore(
-                directory: directory.store, configuration: .init(fileSystem: injector.fileSystem)
+                directory: directory.store, configuration: .init(fileSystem: injector.fileSystem, engine: .files)
             )
             earlier = try [makeRecord(index: 1), makeRecord(index: 2)]
             for record in earlier { try store.add(record) }
@@ -28,7 +28,7 @@ struct FaultInjectionTests {
 
         /// The records on disk, read by an independent read-only store.
         func storedRecords() throws -> [OperationRecord] {
-            try RecordStore(directory: directory.store, access: .readOnly).loadPending().records
+            try RecordStore(directory: directory.store, access: .readOnly, configuration: .files).loadPending().records
         }
 
         func hasTemporaryFiles() throws -> Bool {
@@ -145,7 +145,7 @@ struct FaultInjectionTests {
         let error = #expect(throws: PersistenceError.self) { try fixture.store.add(try makeRecord(index: 3)) }
         #expect(error?.code == .directoryUnavailable)
         fixture.store.close()
-        let reopened = try RecordStore(directory: fixture.directory.store)
+        let reopened = try RecordStore(directory: fixture.directory.store, configuration: .files)
         try reopened.add(try makeRecord(index: 4))
         #expect(try reopened.loadPending().records.count == 1)
     }

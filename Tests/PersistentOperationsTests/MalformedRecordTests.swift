@@ -115,13 +115,13 @@ struct MalformedRecordTests {
     @Test func everyBadEntryIsQuarantinedAndEveryGoodRecordLoads() throws {
         // Given good records next to every kind of bad entry in pending/
         let directory = try TemporaryDirectory()
-        try RecordStore(directory: directory.store).close()
+        try RecordStore(directory: directory.store, configuration: .files).close()
         let entries = try Self.entries(directory: directory)
         for entry in entries {
             try entry.create(directory.path("pending", entry.name))
         }
         // When the store loads the pending area (and the process does not crash)
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let report = try store.loadPending()
         // Then each bad entry is quarantined with a reason, each good record is loaded,
         // and newer-version records stay in place
@@ -157,7 +157,7 @@ struct MalformedRecordTests {
 
     @Test func aBadEntryWhoseNameIsTakenInQuarantineGetsAFreshName() throws {
         let directory = try TemporaryDirectory()
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let name = Self.recordName()
         for _ in 0..<2 {
             try Data("junk".utf8).write(to: URL(fileURLWithPath: directory.path("pending", name)))

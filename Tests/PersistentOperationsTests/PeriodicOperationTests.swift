@@ -417,15 +417,18 @@ private final class PendingWriteGate: Sendable {
 
     var fileSystem: FileSystem {
         var fileSystem = FileSystem.system
-        fileSystem.rename = { [self] source, destination in
+        // The next put frame (a record saved) written to the journal is held.
+        fileSystem.writeAt = { [self] descriptor, bytes, offset in
+            let isPut = bytes.count > JournalFrame.headerSize && Array(bytes.prefix(4)) == JournalFrame.marker
+                && bytes[8] == JournalFrame.Kind.put.rawValue
             let holds = state.withLock { state -> Bool in
-                guard state.isArmed, destination.contains("/pending/") else { return false }
+                guard state.isArmed, isPut else { return false }
                 state.isArmed = false
                 state.isHolding = true
                 return true
             }
             if holds { released.wait() }
-            try FileSystem.system.rename(source, destination)
+            return try FileSystem.system.writeAt(descriptor, bytes, offset)
         }
         return fileSystem
     }

@@ -136,9 +136,8 @@ struct QueueBacklogTests {
         let (fixture, report) = try restoredNotes(["good", "damaged"])
         let damaged = try #require(report.restored.last)
 
-        // When one record file is overwritten with garbage before its operation is built
-        let path = StoreLayout(directory: fixture.directory.store).path(ofRecord: damaged.rawValue, in: .pending)
-        try Data("not a record".utf8).write(to: URL(fileURLWithPath: path))
+        // When one record's bytes in the journal are damaged before its operation is built
+        try damageJournalRecord(damaged.rawValue, in: fixture.directory)
         fixture.queue.operationQueue.isSuspended = false
         await fixture.queue.allOperationsFinished()
 

@@ -145,7 +145,7 @@ struct QueueControlTests {
     @Test func aDeletedStoreDirectoryGivesAClearErrorAndTheQueueRecoversWhenItIsBack() async throws {
         let fixture = try QueueFixture(suspended: true)
         try fixture.queue.addOperation(fixture.upload("kept"))
-        let pending = fixture.directory.path("pending")
+        let pending = fixture.directory.path("journal")
         let aside = fixture.directory.url.appendingPathComponent("aside").path
         #expect(rename(pending, aside) == 0)
         #expect {

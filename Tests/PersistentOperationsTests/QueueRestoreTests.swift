@@ -85,8 +85,8 @@ struct QueueRestoreTests {
         )
         try store.add(record)
         store.close()
-        let path = directory.path("pending", StoreLayout.fileName(ofRecord: record.id))
-        let bytesBefore = try Data(contentsOf: URL(fileURLWithPath: path))
+        let stored = { try RecordStore(directory: directory.store, access: .readOnly).readPending(id: record.id) }
+        let before = try stored()
         // When a queue restores
         let fixture = try QueueFixture(directory: directory)
         let report = try fixture.queue.restore()
@@ -95,7 +95,7 @@ struct QueueRestoreTests {
         #expect(fixture.queue.unknownTypeRecords.count == 1)
         #expect(try fixture.queue.counts().unknownType == 1)
         await fixture.queue.allOperationsFinished()
-        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == bytesBefore)
+        #expect(try stored() == before)
         #expect(fixture.deliveredEvents().contains(.unknownType(PersistentOperationID(record: record.id), typeIdentifier: "test.unregistered")))
     }
 
@@ -205,20 +205,21 @@ struct QueueRestoreTests {
         let new = try record("new", 3, key: "sync")
         for item in [old, dependent, new] { try store.add(item) }
         store.close()
-        // And a file system that logs removals and syncs of the pending directory
+        // And a file system that logs the journal's removal frames and its flushes
         let log = Locked<[String]>([])
         var fileSystem = FileSystem.system
-        let unlink = fileSystem.unlink
-        let synchronizeDirectory = fileSystem.synchronizeDirectory
-        fileSystem.unlink = { path in
-            try unlink(path)
-            if let id = StoreLayout.recordIdentifier(fromFileName: URL(fileURLWithPath: path).lastPathComponent) {
-                log.withLock { $0.append("unlink \(id)") }
+        let writeAt = fileSystem.writeAt
+        let synchronizeData = fileSystem.synchronizeData
+        fileSystem.writeAt = { descriptor, bytes, offset in
+            let written = try writeAt(descriptor, bytes, offset)
+            if bytes.count == JournalFrame.headerSize + 36, bytes[8] == JournalFrame.Kind.remove.rawValue {
+                log.withLock { $0.append("unlink " + String(decoding: bytes[JournalFrame.headerSize...], as: UTF8.self)) }
             }
+            return written
         }
-        fileSystem.synchronizeDirectory = { path in
-            try synchronizeDirectory(path)
-            if path.hasSuffix("/pending") { log.withLock { $0.append("sync") } }
+        fileSystem.synchronizeData = { descriptor in
+            try synchronizeData(descriptor)
+            log.withLock { $0.append("sync") }
         }
 
         // When a queue restores

@@ -13,7 +13,7 @@ struct RecordStoreTests {
     @Test func addedRecordsLoadInPriorityThenEnqueueOrder() throws {
         // Given records added out of order with mixed priorities
         let directory = try TemporaryDirectory()
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let low1 = try makeRecord(index: 1, sequence: 1, priority: 0)
         let high2 = try makeRecord(index: 2, sequence: 2, priority: 5)
         let low3 = try makeRecord(index: 3, sequence: 3, priority: 0)
@@ -21,7 +21,7 @@ struct RecordStoreTests {
         for record in [low3, high4, low1, high2] { try store.add(record) }
         store.close()
         // When another store loads them
-        let report = try RecordStore(directory: directory.store).loadPending()
+        let report = try RecordStore(directory: directory.store, configuration: .files).loadPending()
         // Then they come back equal, higher priority first and FIFO within a priority
         #expect(report.records == [high2, high4, low1, low3])
         #expect(report.quarantined.isEmpty && report.skipped.isEmpty)
@@ -29,7 +29,7 @@ struct RecordStoreTests {
 
     @Test func updateRewritesTheRecordInPlace() throws {
         let directory = try TemporaryDirectory()
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         var record = try makeRecord()
         try store.add(record)
         // When the record is updated after a retry
@@ -46,7 +46,7 @@ struct RecordStoreTests {
     @Test func attemptMarkersCountAttemptsInFlightAsLinksEmptyFilesOrDecimalCounts() throws {
         // Given a pending record
         let directory = try TemporaryDirectory()
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let record = try makeRecord()
         try store.add(record)
         let layout = StoreLayout(directory: directory.store)
@@ -80,7 +80,7 @@ struct RecordStoreTests {
         let directory = try TemporaryDirectory()
         var fileSystem = FileSystem.system
         fileSystem.link = { _, newName in throw SystemCallError("link", path: newName, code: EPERM) }
-        let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: fileSystem))
+        let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: fileSystem, engine: .files))
         let record = try makeRecord()
         try store.add(record)
 
@@ -107,7 +107,7 @@ struct RecordStoreTests {
         }
         let record = try makeRecord()
         do {
-            let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: fileSystem))
+            let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: fileSystem, engine: .files))
             try store.add(record)
             if requeue {
                 _ = try store.moveToFailed(record, reason: "test")
@@ -125,7 +125,7 @@ struct RecordStoreTests {
         #expect(try directory.names(in: "failed").contains(recordName))
 
         // When the store is opened again and both areas are loaded
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let pending = try store.loadPending()
         let failed = try store.loadFailed()
 
@@ -139,7 +139,7 @@ struct RecordStoreTests {
     @Test func aRecordWithoutItsPayloadIsNeverWrittenOverTheStoredOne() throws {
         // Given a stored record
         let directory = try TemporaryDirectory()
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let record = try makeRecord()
         try store.add(record)
         // When an update or a move to failed comes with an empty payload (never loaded)
@@ -168,7 +168,7 @@ struct RecordStoreTests {
             }
             return try FileSystem.system.write(descriptor, bytes)
         }
-        let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: fileSystem))
+        let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: fileSystem, engine: .files))
         let record = try makeRecord()
         let log = Locked<[String]>([])
         blocks.withLock { $0 = true }   // not before: opening the store writes its lock file
@@ -192,7 +192,7 @@ struct RecordStoreTests {
             Thread.detachNewThread {
                 store.close()
                 // What the add under way had written by the time close returned.
-                let onDisk = (try? RecordStore(directory: directory.store, access: .readOnly).loadPending().records.count) ?? -1
+                let onDisk = (try? RecordStore(directory: directory.store, access: .readOnly, configuration: .files).loadPending().records.count) ?? -1
                 log.withLock { $0.append("closed with \(onDisk) on disk") }
                 closed.leave()
             }
@@ -208,17 +208,17 @@ struct RecordStoreTests {
             closed.wait()
         }
         #expect(Set(log.withLock { $0 }) == ["added", "closed with 1 on disk"])
-        #expect(try RecordStore(directory: directory.store, access: .readOnly).loadPending().records == [record])
+        #expect(try RecordStore(directory: directory.store, access: .readOnly, configuration: .files).loadPending().records == [record])
 
         // And a change after close is refused, and the directory can be opened again
         let refused = #expect(throws: PersistenceError.self) { try store.add(try makeRecord(index: 2, sequence: 2)) }
         #expect(refused?.code == .storeNotWritable)
-        _ = try RecordStore(directory: directory.store)
+        _ = try RecordStore(directory: directory.store, configuration: .files)
     }
 
     @Test func updatingOrRemovingAMissingRecordThrowsRecordNotFound() throws {
         let directory = try TemporaryDirectory()
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let record = try makeRecord()
         #expect(throws: PersistenceError.self) { try store.update(record) }
         let error = #expect(throws: PersistenceError.self) { try store.removePending(id: record.id) }
@@ -227,7 +227,7 @@ struct RecordStoreTests {
 
     @Test func addingTheSameIdentifierTwiceIsRefused() throws {
         let directory = try TemporaryDirectory()
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let record = try makeRecord()
         try store.add(record)
         #expect(throws: PersistenceError.self) { try store.add(record) }
@@ -235,7 +235,7 @@ struct RecordStoreTests {
 
     @Test func removeDeletesThePendingRecord() throws {
         let directory = try TemporaryDirectory()
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let kept = try makeRecord(index: 1)
         let removed = try makeRecord(index: 2)
         try store.add(kept)
@@ -247,7 +247,7 @@ struct RecordStoreTests {
     @Test func aFailedRecordCanBeListedRequeuedAndPurged() throws {
         // Given two records moved to the failed area
         let directory = try TemporaryDirectory()
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         var first = try makeRecord(index: 1)
         first.numberOfRetries = 5
         first.attemptsInFlight = 3
@@ -275,7 +275,7 @@ struct RecordStoreTests {
 
     @Test func requeueAllFailedMovesEveryFailedRecordBack() throws {
         let directory = try TemporaryDirectory()
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let records = try (0..<4).map { try makeRecord(index: $0) }
         for record in records {
             try store.add(record)
@@ -293,10 +293,10 @@ struct RecordStoreTests {
         var record = try makeRecord()
         record.failureReason = "crash loop"
         let path = directory.path("pending", StoreLayout.fileName(ofRecord: record.id))
-        try RecordStore(directory: directory.store).close()
+        try RecordStore(directory: directory.store, configuration: .files).close()
         try RecordFormat.encode(record).write(to: URL(fileURLWithPath: path))
         // When the pending area is loaded
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let report = try store.loadPending()
         // Then the record is moved on rather than run
         #expect(report.records.isEmpty)
@@ -307,14 +307,14 @@ struct RecordStoreTests {
     @Test func enqueueSequencesContinueAfterTheLargestStoredOne() throws {
         let directory = try TemporaryDirectory()
         do {
-            let store = try RecordStore(directory: directory.store)
+            let store = try RecordStore(directory: directory.store, configuration: .files)
             try store.add(try makeRecord(index: 1, sequence: 41))
             let failed = try makeRecord(index: 2, sequence: 99)
             try store.add(failed)
             _ = try store.moveToFailed(failed, reason: "gave up")
         }
         // When a new store hands out a sequence before loading anything
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         // Then it is above every stored one, and increasing
         #expect(store.nextEnqueueSequence() == 100)
         #expect(store.nextEnqueueSequence() == 101)
@@ -324,7 +324,7 @@ struct RecordStoreTests {
         // Given a store with the largest sequence in the pending area and a smaller one failed
         let directory = try TemporaryDirectory()
         do {
-            let store = try RecordStore(directory: directory.store)
+            let store = try RecordStore(directory: directory.store, configuration: .files)
             try store.add(try makeRecord(index: 1, sequence: 150))
             let failed = try makeRecord(index: 2, sequence: 99)
             try store.add(failed)
@@ -337,7 +337,7 @@ struct RecordStoreTests {
             if path.contains("/pending/"), path.hasSuffix(".record") { pendingOpens.withLock { $0 += 1 } }
             return try FileSystem.system.open(path, flags, mode)
         }
-        let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: fileSystem))
+        let store = try RecordStore(directory: directory.store, configuration: .init(fileSystem: fileSystem, engine: .files))
         // When it loads the pending area and then hands out a sequence
         #expect(try store.loadPending().records.count == 1)
         let opensAfterLoad = pendingOpens.withLock { $0 }
@@ -354,7 +354,7 @@ struct RecordStoreTests {
         defer { umask(previous) }
         let directory = try TemporaryDirectory()
         // When a store is created and a record written
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let record = try makeRecord()
         try store.add(record)
         // Then directories are 0700 and files 0600
@@ -371,29 +371,29 @@ struct RecordStoreTests {
     @Test func aSecondReadWriteOpenThrowsLockedUntilTheFirstCloses() throws {
         let directory = try TemporaryDirectory()
         // Given an open store
-        let first = try RecordStore(directory: directory.store)
+        let first = try RecordStore(directory: directory.store, configuration: .files)
         // When the same directory is opened again in this process
-        let error = #expect(throws: PersistenceError.self) { try RecordStore(directory: directory.store) }
+        let error = #expect(throws: PersistenceError.self) { try RecordStore(directory: directory.store, configuration: .files) }
         // Then it is refused with a message that says what to do
         #expect(error?.code == .locked)
         #expect(error?.message.contains("read-only") == true)
         // And a read-only open works while it is locked, and sees the records
         try first.add(try makeRecord())
-        let inspector = try RecordStore(directory: directory.store, access: .readOnly)
+        let inspector = try RecordStore(directory: directory.store, access: .readOnly, configuration: .files)
         #expect(try inspector.loadPending().records.count == 1)
         #expect(throws: PersistenceError.self) { try inspector.add(try makeRecord(index: 2)) }
         // When the first closes, opening works
         first.close()
         #expect(throws: PersistenceError.self) { try first.add(try makeRecord(index: 3)) }
-        _ = try RecordStore(directory: directory.store)
+        _ = try RecordStore(directory: directory.store, configuration: .files)
     }
 
     @Test func aReadOnlyStoreReportsBadEntriesWithoutMovingThem() throws {
         let directory = try TemporaryDirectory()
-        try RecordStore(directory: directory.store).close()
+        try RecordStore(directory: directory.store, configuration: .files).close()
         let badName = StoreLayout.fileName(ofRecord: UUID().uuidString)
         try Data("garbage".utf8).write(to: URL(fileURLWithPath: directory.path("pending", badName)))
-        let report = try RecordStore(directory: directory.store, access: .readOnly).loadPending()
+        let report = try RecordStore(directory: directory.store, access: .readOnly, configuration: .files).loadPending()
         #expect(report.skipped.map(\.name) == [badName])
         #expect(try directory.names(in: "pending") == [badName])
     }
@@ -401,7 +401,7 @@ struct RecordStoreTests {
     @Test func aReadOnlyOpenOfAMissingDirectoryThrowsDirectoryUnavailable() throws {
         let directory = try TemporaryDirectory()
         let error = #expect(throws: PersistenceError.self) {
-            try RecordStore(directory: directory.store, access: .readOnly)
+            try RecordStore(directory: directory.store, access: .readOnly, configuration: .files)
         }
         #expect(error?.code == .directoryUnavailable)
         #expect(!FileManager.default.fileExists(atPath: directory.store.path))
@@ -415,7 +415,7 @@ struct RecordStoreTests {
         try FileManager.default.createSymbolicLink(atPath: directory.store.path, withDestinationPath: real.path)
 
         // When a store is opened through the link and a record added
-        let store = try RecordStore(directory: directory.store)
+        let store = try RecordStore(directory: directory.store, configuration: .files)
         let record = try makeRecord(index: 1)
         try store.add(record)
         store.close()
@@ -425,16 +425,16 @@ struct RecordStoreTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: real.appendingPathComponent("pending").path)
             == [StoreLayout.fileName(ofRecord: record.id)])
         #expect(try FileManager.default.destinationOfSymbolicLink(atPath: directory.store.path) == real.path)
-        #expect(try RecordStore(directory: directory.store, access: .readOnly).loadPending().records.map(\.id) == [record.id])
+        #expect(try RecordStore(directory: directory.store, access: .readOnly, configuration: .files).loadPending().records.map(\.id) == [record.id])
         #expect(try ReadOnlyPersistentStore(directory: directory.store).pendingRecords().records.map(\.id.rawValue) == [record.id])
-        #expect(try RecordStore(directory: directory.store).loadPending().records.map(\.id) == [record.id])
+        #expect(try RecordStore(directory: directory.store, configuration: .files).loadPending().records.map(\.id) == [record.id])
     }
 
     @Test func aStoreDirectoryThatIsADanglingLinkOrALinkToAFileGivesAClearError() throws {
         let directory = try TemporaryDirectory()
         let missing = directory.url.appendingPathComponent("missing").path
         try FileManager.default.createSymbolicLink(atPath: directory.store.path, withDestinationPath: missing)
-        let dangling = #expect(throws: PersistenceError.self) { try RecordStore(directory: directory.store) }
+        let dangling = #expect(throws: PersistenceError.self) { try RecordStore(directory: directory.store, configuration: .files) }
         #expect(dangling?.code == .directoryUnavailable)
         #expect(dangling?.message.contains("symbolic link to \(missing), which does not exist") == true)
         #expect(!FileManager.default.fileExists(atPath: missing))   // nothing created behind the link
@@ -452,10 +452,10 @@ struct RecordStoreTests {
 
     @Test func openingRemovesTemporaryFilesLeftByAnInterruptedWrite() throws {
         let directory = try TemporaryDirectory()
-        try RecordStore(directory: directory.store).close()
+        try RecordStore(directory: directory.store, configuration: .files).close()
         let stale = directory.path("pending", ".\(UUID().uuidString).record.1234ABCD.tmp")
         try Data("half".utf8).write(to: URL(fileURLWithPath: stale))
-        _ = try RecordStore(directory: directory.store)
+        _ = try RecordStore(directory: directory.store, configuration: .files)
         #expect(try directory.names(in: "pending").isEmpty)
     }
 }

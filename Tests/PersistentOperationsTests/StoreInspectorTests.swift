@@ -201,7 +201,7 @@ struct StoreInspectorTests {
         // And changing is refused with the holder's process id, leaving the record in place
         #expect(retry.status == 1)
         #expect(retry.error.contains("process \(holder.processIdentifier)"))
-        #expect(try directory.names(in: "failed") == ["\(id).record"])
+        #expect(try RecordStore(directory: directory.store, access: .readOnly).loadFailed().records.map(\.id) == [id])
     }
 
     @Test func retryFailedAndPurgeChangeTheFailedArea() async throws {

@@ -83,9 +83,9 @@ func makeRecord(index: Int = 0, sequence: UInt64? = nil, priority: Int = 0) thro
 /// Switchable faults and counters wrapped around the system file system.
 final class FaultInjector: Sendable {
     struct Faults: Sendable {
-        /// errno to fail `write` with.
+        /// errno to fail `write` and `pwrite` with.
         var write: Int32?
-        /// errno to fail file `fsync` with.
+        /// errno to fail file `fsync` and `fdatasync` with.
         var synchronize: Int32?
         /// errno to fail directory syncs with.
         var synchronizeDirectory: Int32?
@@ -121,6 +121,16 @@ final class FaultInjector: Sendable {
         fileSystem.synchronize = { [self] descriptor in
             if let code = faults.withLock({ $0.synchronize }) { throw SystemCallError("fsync", code: code) }
             try system.synchronize(descriptor)
+        }
+        fileSystem.writeAt = { [self] descriptor, bytes, offset in
+            let faults = self.faults.withLock { $0 }
+            if let code = faults.write { throw SystemCallError("pwrite", code: code) }
+            let count = min(bytes.count, faults.maximumWriteSize ?? bytes.count)
+            return try system.writeAt(descriptor, UnsafeRawBufferPointer(rebasing: bytes[..<count]), offset)
+        }
+        fileSystem.synchronizeData = { [self] descriptor in
+            if let code = faults.withLock({ $0.synchronize }) { throw SystemCallError("fdatasync", code: code) }
+            try system.synchronizeData(descriptor)
         }
         fileSystem.synchronizeDirectory = { [self] path in
             let faults = self.faults.withLock { $0 }
@@ -199,3 +209,19 @@ let isRunningUnderThreadSanitizer: Bool = {
     #endif
     return dlsym(handle, "__tsan_init") != nil
 }()
+
+/// Damages the stored bytes of record `id` in a store's journal (one byte of its identifier in
+/// every segment that holds it), as a failing disk would.
+func damageJournalRecord(_ id: String, in directory: TemporaryDirectory) throws {
+    let journal = directory.store.appendingPathComponent("journal")
+    var damaged = 0
+    for name in try FileManager.default.contentsOfDirectory(atPath: journal.path) where name.hasSuffix(".segment") {
+        let url = journal.appendingPathComponent(name)
+        var bytes = try Data(contentsOf: url)
+        guard let range = bytes.range(of: Data(id.utf8)) else { continue }
+        bytes[range.lowerBound] ^= 0x20
+        try bytes.write(to: url)
+        damaged += 1
+    }
+    guard damaged > 0 else { throw ChildAppError("record \(id) is in no journal segment") }
+}

@@ -102,15 +102,15 @@ struct UniqueKeyBeforeRestoreTests {
 
     @Test func onlyTheFirstAddWithAUniqueKeyReadsTheStoredRecords() async throws {
         // Given a launch that left an operation with a key pending, and a next launch that
-        // counts the listings of the pending directory
+        // counts the reads of stored records (one `pread` each from the journal)
         let first = try QueueFixture(suspended: true)
         try first.queue.addOperation(first.upload("stored"), options: EnqueueOptions(uniqueKey: "k0"))
         let listings = Locked(0)
         var fileSystem = FileSystem.system
-        let list = fileSystem.contentsOfDirectory
-        fileSystem.contentsOfDirectory = { path in
-            if path.hasSuffix("/pending") { listings.withLock { $0 += 1 } }
-            return try list(path)
+        let readAt = fileSystem.readAt
+        fileSystem.readAt = { descriptor, buffer, offset in
+            listings.withLock { $0 += 1 }
+            return try readAt(descriptor, buffer, offset)
         }
         let second = try relaunch(first, fileSystem: fileSystem)
 
@@ -124,8 +124,9 @@ struct UniqueKeyBeforeRestoreTests {
         try second.queue.addOperation(second.upload("plain-again"))
         let kept = try second.queue.addOperation(second.upload("duplicate"), options: EnqueueOptions(uniqueKey: "k0"))
 
-        // Then the stored keys were read once, by the first add with a key
-        #expect(afterKeyed == afterPlain + 1)
+        // Then the stored keys were read once, by the first add with a key: one read for each
+        // record stored by then (the one left, and the three plain adds)
+        #expect(afterKeyed == afterPlain + 4)
         #expect(listings.withLock { $0 } == afterKeyed)
         #expect(kept.disposition == .keptExisting)
         second.queue.cancelAllOperations()

@@ -91,7 +91,7 @@ extension PersistentOperationQueue {
         }) { record in
             pendingIDs.insert(record.id)
             if let batch = record.batchID {
-                guard committedBatches.contains(batch) || batchesInProgress.contains(batch) else {
+                guard committedBatches?.contains(batch) ?? true || batchesInProgress.contains(batch) else {
                     // Its `addOperations` never returned: the batch counts whole or not at all.
                     discardUncommitted(record, report: &report)
                     return
@@ -111,6 +111,8 @@ extension PersistentOperationQueue {
                 admitRestored(record, suspect: suspects[record.id], now: now, into: &restored, report: &report)
             }
         }
+        // Records of interrupted batches that the migration to the journal dropped.
+        report.discardedFromUncommittedBatches += store.takeRecordsDiscardedByMigration().map(PersistentOperationID.init(record:))
         for entry in loaded.quarantined {
             let name = entry.quarantineName ?? entry.name
             report.quarantined.append(RestoreReport.Entry(name: name, reason: entry.reason))
@@ -140,7 +142,7 @@ extension PersistentOperationQueue {
             store.clearSuspect(forRecord: id)
         }
 
-        for batch in committedBatches.subtracting(referencedBatches).subtracting(batchesInProgress) {
+        for batch in (committedBatches ?? []).subtracting(referencedBatches).subtracting(batchesInProgress) {
             // Every record of the batch has finished: its marker has nothing left to commit.
             store.removeBatchMarker(batch)
         }
@@ -376,7 +378,7 @@ extension PersistentOperationQueue {
         cancelled: Set<String>, report: inout RestoreReport
     ) throws -> [RestoredRecord] {
         guard restored.contains(where: { !$0.prerequisites.isEmpty }) else { return restored }
-        let failed = Set(try store.listArea(.failed).compactMap(StoreLayout.recordIdentifier(fromFileName:)))
+        let failed = Set(try store.failedRecordIdentifiers())
         let restoredIDs = Set(restored.map(\.id))
         // A periodic series never finishes (the queue refuses it as a prerequisite, but a store
         // written by hand may name one): what waits for it could never start.

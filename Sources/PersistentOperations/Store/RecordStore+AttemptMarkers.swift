@@ -66,6 +66,8 @@ extension RecordStore {
         let fileSystem = configuration.fileSystem
         let recordPath = layout.path(ofRecord: id, in: .pending)
         do {
+            // A journal's records have no file to link to.
+            guard journal == nil else { throw SystemCallError("link", path: recordPath, code: ENOENT) }
             try fileSystem.link(recordPath, path)
             return
         } catch let error as SystemCallError where error.code == EEXIST {

@@ -28,6 +28,8 @@ extension RecordStore {
         precondition(records.allSatisfy { $0.batchID == batchID }, "every record of a batch carries the same batch identifier")
         let change = try beginChange()
         defer { change.end() }
+        // One batch frame: all or none by construction, no marker needed.
+        if let journal { return try journal.addBatch(records) }
         var files: [(path: String, bytes: Data)] = []
         files.reserveCapacity(records.count)
         for record in records {
@@ -63,11 +65,18 @@ extension RecordStore {
         }
     }
 
-    /// The batches whose commit marker exists.
+    /// The batches whose commit marker exists, or `nil` when every stored batch is whole by
+    /// construction (the journal writes a batch as one frame), so that none is to be discarded.
     ///
     /// - Throws: ``PersistenceError/Code/readFailed`` when the area cannot be listed. A store
     ///   created before batches existed has no such area: no batches.
-    package func committedBatches() throws -> Set<String> {
+    package func committedBatches() throws -> Set<String>? {
+        if journal != nil { return nil }
+        return try committedBatchMarkers()
+    }
+
+    /// The batches whose commit marker exists in `batches/`.
+    func committedBatchMarkers() throws -> Set<String> {
         guard (try? configuration.fileSystem.linkStatus(layout.path(of: .batches)))?.kind == .directory else { return [] }
         return Set(try listArea(.batches).compactMap(StoreLayout.batchIdentifier(fromFileName:)))
     }
@@ -77,7 +86,7 @@ extension RecordStore {
     /// Not synced: a marker that a power cut brings back has no records, and the next restore
     /// removes it again.
     package func removeBatchMarker(_ batchID: String) {
-        guard OperationRecord.isValidIdentifier(batchID), (try? checkWritable()) != nil else { return }
+        guard journal == nil, OperationRecord.isValidIdentifier(batchID), (try? checkWritable()) != nil else { return }
         try? configuration.fileSystem.unlink(layout.path(ofBatchMarker: batchID))
     }
 
@@ -87,6 +96,7 @@ extension RecordStore {
     package func discardUncommittedRecord(id: String) throws {
         let change = try beginChange()
         defer { change.end() }
+        if let journal { return try journal.removePending(id: id, synchronizes: true) }
         try remove(id, from: .pending)
     }
 

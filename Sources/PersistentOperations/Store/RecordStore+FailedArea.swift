@@ -15,6 +15,7 @@ extension RecordStore {
     package func requeueFailed(id: String) throws -> OperationRecord {
         let change = try beginChange()
         defer { change.end() }
+        if let journal { return try journal.requeueFailed(id: id) }
         let path = try existingRecordPath(id, in: .failed)
         guard case .record(var record) = inspectEntry(StoreLayout.fileName(ofRecord: id), in: .failed) else {
             throw PersistenceError(
@@ -39,6 +40,7 @@ extension RecordStore {
     package func requeueAllFailed() throws -> [OperationRecord] {
         let change = try beginChange()
         defer { change.end() }
+        if let journal { return try journal.requeueAllFailed() }
         let report = try loadFailed()
         var requeued = report.completedMoves
         for record in report.records {
@@ -47,12 +49,25 @@ extension RecordStore {
         return requeued.sorted(by: OperationRecord.runsBefore)
     }
 
+    /// The identifiers of the records in the failed area, in no particular order.
+    ///
+    /// - Throws: ``PersistenceError/Code/readFailed`` when the area cannot be listed.
+    package func failedRecordIdentifiers() throws -> [String] {
+        let readable = try readableJournal()
+        var ids = readable?.journal.failedIdentifiers ?? []
+        if readable?.filesToo ?? true {
+            ids += try listArea(.failed).compactMap(StoreLayout.recordIdentifier(fromFileName:))
+        }
+        return Array(Set(ids))
+    }
+
     /// Deletes a failed record for good.
     ///
     /// - Throws: ``PersistenceError/Code/recordNotFound``, ``PersistenceError/Code/writeFailed``.
     package func purgeFailed(id: String) throws {
         let change = try beginChange()
         defer { change.end() }
+        if let journal { return try journal.purgeFailed(id: id) }
         try remove(id, from: .failed)
     }
 
@@ -63,6 +78,7 @@ extension RecordStore {
     package func purgeAllFailed() throws -> Int {
         let change = try beginChange()
         defer { change.end() }
+        if let journal { return try journal.purgeAllFailed() }
         let report = try loadFailed()
         for record in report.records {
             try purgeFailed(id: record.id)

@@ -22,7 +22,14 @@ extension RecordStore {
     ///   ``PersistenceError/Code/directoryUnavailable`` when the directory cannot be listed, and
     ///   ``PersistenceError/Code/writeFailed`` when quarantining fails.
     package func loadPending() throws -> LoadReport {
-        try loadArea(.pending, finishingMovesTo: .failed) { $0.failureReason != nil }
+        if configuration.engine == .journal {
+            var records: [OperationRecord] = []
+            var report = try loadPending(reservingCapacity: { records.reserveCapacity($0) }) { records.append($0) }
+            report.records = records
+            report.sortRecords()
+            return report
+        }
+        return try loadArea(.pending, finishingMovesTo: .failed) { $0.failureReason != nil }
     }
 
     /// Reads every pending record like ``loadPending()``, but hands each readable record to
@@ -34,7 +41,39 @@ extension RecordStore {
         reservingCapacity reserve: (Int) -> Void = { _ in },
         each body: (OperationRecord) throws -> Void
     ) throws -> LoadReport {
-        try loadArea(.pending, finishingMovesTo: .failed, where: { $0.failureReason != nil }, reservingCapacity: reserve, each: body)
+        if let (journal, filesToo) = try readableJournal() {
+            return try loadJournalPending(journal, filesToo: filesToo, reservingCapacity: reserve, each: body)
+        }
+        return try loadArea(.pending, finishingMovesTo: .failed, where: { $0.failureReason != nil }, reservingCapacity: reserve, each: body)
+    }
+
+    /// Loads the journal's pending records, with what open found; a read-only store of a
+    /// store not completely migrated also reads the earlier layout's (the journal's copy wins).
+    private func loadJournalPending(
+        _ journal: JournalStore, filesToo: Bool, reservingCapacity reserve: (Int) -> Void, each body: (OperationRecord) throws -> Void
+    ) throws -> LoadReport {
+        var report = LoadReport()
+        var (findings, filesLeft) = state.withLock { state in
+            defer { state.openFindings = [] }
+            return (state.openFindings, state.filesLeft)
+        }
+        if access == .readOnly { findings = journal.openReport.skipped }
+        reserve(journal.pendingCount)
+        let unreadable = try journal.forEachPendingRecord(body)
+        if filesToo {
+            let fileReport = try loadArea(.pending, reservingCapacity: { _ in }) { record in
+                if !journal.contains(id: record.id), record.failureReason == nil { try body(record) }
+            }
+            report.skipped += fileReport.skipped
+        }
+        if access == .readWrite {
+            report.quarantined = findings + unreadable
+        } else {
+            report.skipped += findings + unreadable
+        }
+        report.skipped += filesLeft
+        if access == .readWrite { report.skipped += journal.openReport.skipped }
+        return report
     }
 
     /// Hands every readable pending record to `body`, in no particular order, and changes
@@ -45,6 +84,18 @@ extension RecordStore {
     /// - Throws: ``PersistenceError/Code/readFailed`` or
     ///   ``PersistenceError/Code/directoryUnavailable`` when the directory cannot be listed.
     package func readPendingRecords(each body: (OperationRecord) throws -> Void) throws {
+        if let (journal, filesToo) = try readableJournal() {
+            try journal.forEachPendingRecord(body)
+            guard filesToo else { return }
+            try readPendingFiles { record in
+                if !journal.contains(id: record.id) { try body(record) }
+            }
+            return
+        }
+        try readPendingFiles(each: body)
+    }
+
+    private func readPendingFiles(each body: (OperationRecord) throws -> Void) throws {
         var largest: UInt64 = 0
         for name in try listArea(.pending) where !StoreLayout.isTemporaryFileName(name) {
             guard case .record(let record) = inspectEntry(name, in: .pending) else { continue }
@@ -62,6 +113,13 @@ extension RecordStore {
     /// - Throws: ``PersistenceError/Code/recordNotFound`` when there is no such record, or
     ///   the reason it cannot be used (such as ``PersistenceError/Code/corruptRecord``).
     package func readPending(id: String) throws -> OperationRecord {
+        if let (journal, filesToo) = try readableJournal() {
+            do {
+                return try journal.readPending(id: id)
+            } catch let error as PersistenceError where error.code == .recordNotFound && filesToo {
+                // A read-only store of a store not completely migrated: the earlier layout's.
+            }
+        }
         let path = try existingRecordPath(id, in: .pending)
         switch inspectEntry(StoreLayout.fileName(ofRecord: id), in: .pending) {
         case .record(let record):
@@ -78,7 +136,22 @@ extension RecordStore {
     /// A record whose re-queueing a crash interrupted (no failure reason left) is moved on to
     /// the pending area.
     package func loadFailed() throws -> LoadReport {
-        try loadArea(.failed, finishingMovesTo: .pending) { $0.failureReason == nil }
+        if let (journal, filesToo) = try readableJournal() {
+            var report = try journal.loadFailed()
+            if access == .readOnly {
+                report.skipped += report.quarantined
+                report.quarantined = []
+            }
+            if filesToo {
+                let fileReport = try loadArea(.failed, reservingCapacity: { _ in }) { record in
+                    if !journal.contains(id: record.id) { report.records.append(record) }
+                }
+                report.skipped += fileReport.skipped
+                report.sortRecords()
+            }
+            return report
+        }
+        return try loadArea(.failed, finishingMovesTo: .pending) { $0.failureReason == nil }
     }
 
     /// Loads `area`, moving on to `destination` every record that `belongsThere` — the move
@@ -99,7 +172,7 @@ extension RecordStore {
     }
 
     /// Loads `area` like the method above, handing each record that stays to `body`.
-    private func loadArea(
+    func loadArea(
         _ area: StoreLayout.Area,
         finishingMovesTo destination: StoreLayout.Area,
         where belongsThere: (OperationRecord) -> Bool,
@@ -138,6 +211,7 @@ extension RecordStore {
     package func quarantinePending(id: String, reason: String) throws -> String {
         let change = try beginChange()
         defer { change.end() }
+        if let journal { return try journal.quarantinePending(id: id, reason: reason) }
         _ = try existingRecordPath(id, in: .pending)
         return try quarantine(StoreLayout.fileName(ofRecord: id), from: .pending, reason: reason)
     }
@@ -146,7 +220,7 @@ extension RecordStore {
 
     /// Reads every entry of `area`, quarantining (or, read-only, skipping) the bad ones, and
     /// hands each readable record to `body`. `reserve` is told how many entries there are.
-    private func loadArea(
+    func loadArea(
         _ area: StoreLayout.Area,
         reservingCapacity reserve: (Int) -> Void,
         each body: (OperationRecord) throws -> Void

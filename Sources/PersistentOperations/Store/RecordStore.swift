@@ -8,17 +8,22 @@ import Darwin
 
 /// The crash-safe store of operation records in one directory.
 ///
-/// Every change is durable when the call returns: the record file is written to a temporary
-/// file, synced, renamed into place, and the directory is synced (shared among concurrent
-/// callers). A read-write store holds an exclusive lock on the directory, so a second
-/// read-write open, in this process or another, throws ``PersistenceError/Code/locked``; a
-/// read-only store takes no lock and never writes.
+/// Records live in the store's journal (``JournalStore``: `journal/` segments of frames, one
+/// flush per commit shared among concurrent callers); crash evidence (`attempts/`) and the
+/// quarantine area are files beside it. A store written in the earlier layout of one file per
+/// record (`pending/`, `failed/`, `batches/`, formats 1–4) is migrated to the journal when a
+/// read-write store opens it; see ``migrateFilesToJournal()``. ``Configuration/engine``
+/// `.files` keeps that earlier layout (tests build migration sources with it).
+///
+/// A read-write store holds an exclusive lock on the directory, so a second read-write open,
+/// in this process or another, throws ``PersistenceError/Code/locked``; a read-only store
+/// takes no lock and never writes.
 ///
 /// ```swift
 /// let store = try RecordStore(directory: directory)
 /// let report = try store.loadPending()
 /// var record = OperationRecord(typeIdentifier: "upload", payload: payload,
-///                              enqueueSequence: try store.nextEnqueueSequence())
+///                              enqueueSequence: store.nextEnqueueSequence())
 /// try store.add(record)
 /// record.numberOfRetries += 1
 /// try store.update(record)
@@ -37,6 +42,16 @@ package final class RecordStore: Sendable {
         case readOnly
     }
 
+    /// How a store keeps its records.
+    package enum Engine: Sendable {
+        /// An append-only journal (``JournalStore``), the default; stores of the earlier
+        /// layout are migrated to it at a read-write open.
+        case journal
+        /// One file per record, the layout of formats 1–4: kept so that tests can write
+        /// stores to migrate, and to read stores not migrated yet.
+        case files
+    }
+
     /// Settings of a store.
     package struct Configuration: Sendable {
         /// The largest record file written or read, in bytes. Default: 1 MiB
@@ -44,12 +59,37 @@ package final class RecordStore: Sendable {
         package var maximumRecordSize: Int
         /// The file system calls go through. Default: ``FileSystem/system``.
         package var fileSystem: FileSystem
+        /// How records are kept. Default: ``Engine/journal``.
+        package var engine: Engine
+        /// How durable a change of the journal is when it returns. Default:
+        /// ``JournalStore/Durability/flushed``.
+        package var durability: JournalStore.Durability
+        /// Whether removals are flushed before they return. Default: `false`.
+        package var strictRemovals: Bool
+        /// How long a removal waits at most for a flush. Default: 50 ms.
+        package var flushDelay: TimeInterval
 
         /// Creates settings.
-        package init(maximumRecordSize: Int = RecordFormat.defaultMaximumRecordSize, fileSystem: FileSystem = .system) {
+        package init(
+            maximumRecordSize: Int = RecordFormat.defaultMaximumRecordSize, fileSystem: FileSystem = .system,
+            engine: Engine = .journal, durability: JournalStore.Durability = .flushed, strictRemovals: Bool = false,
+            flushDelay: TimeInterval = JournalWriter.defaultFlushDelay
+        ) {
             precondition(maximumRecordSize > RecordFormat.headerSize, "maximumRecordSize must exceed the record header size")
             self.maximumRecordSize = maximumRecordSize
             self.fileSystem = fileSystem
+            self.engine = engine
+            self.durability = durability
+            self.strictRemovals = strictRemovals
+            self.flushDelay = flushDelay
+        }
+
+        /// The journal's settings for a store of `access`.
+        func journalConfiguration(readOnly: Bool) -> JournalStore.Configuration {
+            JournalStore.Configuration(
+                durability: durability, strictRemovals: strictRemovals, flushDelay: flushDelay,
+                maximumRecordSize: maximumRecordSize, fileSystem: fileSystem, isReadOnly: readOnly
+            )
         }
     }
 
@@ -61,6 +101,14 @@ package final class RecordStore: Sendable {
         /// The areas whose records on disk `lastEnqueueSequence` accounts for: those read
         /// by a load or by the scan of ``nextEnqueueSequence()``.
         var areasWithKnownEnqueueSequences: Set<StoreLayout.Area> = []
+        /// What open found that a load reports: damage the journal's open quarantined and
+        /// what migration quarantined, reported by the first load of pending records.
+        var openFindings: [LoadReport.Entry] = []
+        /// Files of the earlier layout that stay where they are (records of a newer format
+        /// version), reported by every load of pending records.
+        var filesLeft: [LoadReport.Entry] = []
+        /// Records of uncommitted batches the migration dropped, for the first restore to report.
+        var discardedByMigration: [String] = []
     }
 
     /// The store directory.
@@ -75,6 +123,8 @@ package final class RecordStore: Sendable {
     /// Counts the changes under way, so that ``close()`` can wait for them.
     private let changes = ChangeGate()
     private let synchronizers: [StoreLayout.Area: DirectorySynchronizer]
+    /// The journal holding the records, for ``Engine/journal``.
+    let journal: JournalStore?
 
     /// Opens the store at `directory`, creating it (mode 0700) for a read-write store.
     ///
@@ -98,14 +148,42 @@ package final class RecordStore: Sendable {
         switch access {
         case .readWrite:
             try layout.createDirectories(fileSystem: fileSystem)
-            lock = try StoreLock(path: layout.lockPath, fileSystem: fileSystem)
+            let lock = try StoreLock(path: layout.lockPath, fileSystem: fileSystem)
+            do {
+                journal = configuration.engine == .journal
+                    ? try JournalStore(directory: directory, configuration: configuration.journalConfiguration(readOnly: false)) : nil
+            } catch {
+                lock.release()
+                throw error
+            }
+            self.lock = lock
             removeTemporaryFiles()
+            if journal != nil {
+                try migrateFilesToJournal()
+            }
         case .readOnly:
             guard (try? fileSystem.linkStatus(layout.root))?.kind == .directory else {
                 throw PersistenceError(.directoryUnavailable, "There is no store directory here.", fileURL: directory)
             }
             lock = nil
+            // Each read opens the journal afresh (see `readableJournal()`), to follow the
+            // changes of the process that holds the store.
+            journal = nil
+            if configuration.engine == .journal {
+                _ = try readableJournal()
+            }
         }
+    }
+
+    /// The journal to read, and whether files of the earlier layout are read too: the store's
+    /// own journal, or for a read-only store the journal read afresh — so that it sees the
+    /// changes of the process holding the store — with the files of a store not (completely)
+    /// migrated; `nil` for ``Engine/files``.
+    func readableJournal() throws -> (journal: JournalStore, filesToo: Bool)? {
+        if let journal { return (journal, false) }
+        guard access == .readOnly, configuration.engine == .journal else { return nil }
+        let journal = try JournalStore(directory: directory, configuration: configuration.journalConfiguration(readOnly: true))
+        return (journal, hasFilesOfEarlierLayout())
     }
 
     deinit {
@@ -121,6 +199,7 @@ package final class RecordStore: Sendable {
     package func close() {
         state.withLock { $0.isClosed = true }
         changes.closeAndWait()
+        journal?.close()
         lock?.release()
     }
 
@@ -129,7 +208,8 @@ package final class RecordStore: Sendable {
     /// The first call reads the records on disk to find the largest, except in the areas a
     /// load has read already (after ``loadPending()``, only the failed area is read).
     package func nextEnqueueSequence() -> UInt64 {
-        state.withLock { state in
+        if let journal { return journal.nextEnqueueSequence() }
+        return state.withLock { state in
             let unread = [StoreLayout.Area.pending, .failed].filter { !state.areasWithKnownEnqueueSequences.contains($0) }
             if !unread.isEmpty {
                 state.lastEnqueueSequence = max(state.lastEnqueueSequence, largestStoredEnqueueSequence(in: unread))
@@ -149,6 +229,7 @@ package final class RecordStore: Sendable {
     package func add(_ record: OperationRecord) throws {
         let change = try beginChange()
         defer { change.end() }
+        if let journal { return try journal.add(record) }
         let bytes = try RecordFormat.encode(record, maximumSize: configuration.maximumRecordSize)
         let path = layout.path(ofRecord: record.id, in: .pending)
         if (try? configuration.fileSystem.linkStatus(path)) != nil {
@@ -173,6 +254,7 @@ package final class RecordStore: Sendable {
     package func update(_ record: OperationRecord) throws {
         let change = try beginChange()
         defer { change.end() }
+        if let journal { return try journal.update(record) }
         try checkHasPayload(record)
         let bytes = try RecordFormat.encode(record, maximumSize: configuration.maximumRecordSize)
         let path = try existingRecordPath(record.id, in: .pending)
@@ -197,6 +279,7 @@ package final class RecordStore: Sendable {
     package func removePending(id: String, synchronizes: Bool = false) throws {
         let change = try beginChange()
         defer { change.end() }
+        if let journal { return try journal.removePending(id: id, synchronizes: synchronizes) }
         try remove(id, from: .pending, synchronizes: synchronizes)
     }
 
@@ -209,6 +292,7 @@ package final class RecordStore: Sendable {
     package func moveToFailed(_ record: OperationRecord, reason: String) throws -> OperationRecord {
         let change = try beginChange()
         defer { change.end() }
+        if let journal { return try journal.moveToFailed(record, reason: reason) }
         try checkHasPayload(record)
         var failed = record
         failed.failureReason = reason

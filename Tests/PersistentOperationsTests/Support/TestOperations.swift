@@ -211,3 +211,9 @@ final class SyncScriptedUpload: RetryingOperation, PersistentOperation, @uncheck
         }
     }
 }
+
+extension RecordStore.Configuration {
+    /// The earlier layout of one file per record: the suites of that engine (the migration's
+    /// source) pin it.
+    static let files = Self(engine: .files)
+}
