@@ -195,7 +195,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
             directory: directory,
             configuration: RecordStore.Configuration(
                 maximumRecordSize: configuration.maximumRecordSize,
-                fileSystem: configuration.fileSystem, engine: configuration.storeEngine
+                fileSystem: configuration.fileSystem, engine: configuration.storeEngine,
+                durability: configuration.durability == .flushed ? .flushed : .processCrash,
+                strictRemovals: configuration.strictRemovals
             )
         )
         self.store = store

@@ -55,8 +55,9 @@ struct StoreInspector {
         }
     }
 
-    /// Throws a clear error unless the directory exists and has a store's `pending` and
-    /// `failed` areas (a read-write open would otherwise create a store anywhere).
+    /// Throws a clear error unless the directory exists and is a store: it has a `journal`
+    /// directory, or the `pending` and `failed` areas of the earlier layout (a read-write open
+    /// would otherwise create a store anywhere).
     private func checkIsStore() throws {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: store.path, isDirectory: &isDirectory) else {
@@ -65,11 +66,12 @@ struct StoreInspector {
         guard isDirectory.boolValue else {
             throw InspectorError.failure("no store at \(store.path): it is not a directory")
         }
-        for area in ["pending", "failed"] {
-            guard FileManager.default.fileExists(atPath: store.appendingPathComponent(area).path, isDirectory: &isDirectory),
-                  isDirectory.boolValue else {
-                throw InspectorError.failure("\(store.path) is not a store directory: it has no \(area)/ directory")
-            }
+        let isArea = { (name: String) -> Bool in
+            var isDirectory: ObjCBool = false
+            return FileManager.default.fileExists(atPath: store.appendingPathComponent(name).path, isDirectory: &isDirectory) && isDirectory.boolValue
+        }
+        guard isArea("journal") || (isArea("pending") && isArea("failed")) else {
+            throw InspectorError.failure("\(store.path) is not a store directory: it has no journal/ directory (nor the pending/ and failed/ directories of the earlier layout)")
         }
     }
 

@@ -123,41 +123,41 @@ struct JournalPowerLossTests {
     }
 
     @Test(arguments: [0x0022_B10C, 7, 1_234_567] as [UInt64])
-    func noAcknowledgedChangeIsLostToAPowerCut(workloadSeed: UInt64) throws {
+    func noAcknowledgedChangeIsLostToAPowerCut(workloadSeed: UInt64) async throws {
         // Given a journal's workload, with power cuts armed before random calls
         // When each cut is opened as a journal again
-        let outcome = try Self.cutAndRestore(workloadSeed: workloadSeed)
+        let outcome = try await onDedicatedThread { try Self.cutAndRestore(workloadSeed: workloadSeed) }
         // Then each opens, every acknowledged change is there, and batches count whole
         #expect(outcome.cuts >= Self.cutsPerSeed * 9 / 10)
         #expect(outcome.problems.isEmpty, "\(outcome.problems.prefix(10))")
     }
 
     @Test(arguments: [0x0022_B10C, 7] as [UInt64])
-    func noAcknowledgedChangeIsLostWhenRenamesBetweenDirectoriesAreNotAtomic(workloadSeed: UInt64) throws {
+    func noAcknowledgedChangeIsLostWhenRenamesBetweenDirectoriesAreNotAtomic(workloadSeed: UInt64) async throws {
         // Given a file system that splits renames between directories (the journal renames
         // within one directory only, and moves to the failed area are frames)
         // When the workload runs under power cuts
-        let outcome = try Self.cutAndRestore(workloadSeed: workloadSeed, splitsRenames: true)
+        let outcome = try await onDedicatedThread { try Self.cutAndRestore(workloadSeed: workloadSeed, splitsRenames: true) }
         // Then nothing acknowledged is lost either
         #expect(outcome.problems.isEmpty, "\(outcome.problems.prefix(10))")
     }
 
-    @Test func theCheckCatchesAJournalThatSkipsDirectorySyncs() throws {
+    @Test func theCheckCatchesAJournalThatSkipsDirectorySyncs() async throws {
         // Given a journal whose directory syncs do nothing (a new segment's name may vanish)
         // When it runs the workload under power cuts
-        let outcome = try Self.cutAndRestore(workloadSeed: 0x0022_B10C) { disk in
+        let outcome = try await onDedicatedThread { try Self.cutAndRestore(workloadSeed: 0x0022_B10C) { disk in
             var calls = disk.fileSystem
             calls.synchronizeDirectory = { _ in }
             return calls
-        }
+        } }
         // Then the check reports acknowledged records lost
         #expect(outcome.problems.contains { $0.contains("is absent, expected one of [pending") })
     }
 
-    @Test func theCheckCatchesAJournalThatDoesNotFlush() throws {
+    @Test func theCheckCatchesAJournalThatDoesNotFlush() async throws {
         // Given a journal at the process-crash level, which promises nothing across a power cut
         // When it runs the workload under power cuts
-        let outcome = try Self.cutAndRestore(workloadSeed: 7, durability: .processCrash)
+        let outcome = try await onDedicatedThread { try Self.cutAndRestore(workloadSeed: 7, durability: .processCrash) }
         // Then the check reports acknowledged changes lost
         #expect(!outcome.problems.isEmpty)
     }

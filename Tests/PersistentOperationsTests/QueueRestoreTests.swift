@@ -121,6 +121,8 @@ struct QueueRestoreTests {
             "offset out of bounds": recordFile(body: CraftedPropertyList.offsetOutOfBounds),
             "oversized": Data(count: RecordFormat.defaultMaximumRecordSize + 1),
         ]
+        // (as files of the earlier layout: the next read-write open migrates, quarantining them)
+        try FileManager.default.createDirectory(atPath: first.directory.path("pending"), withIntermediateDirectories: true)
         for data in bad.values {
             _ = FileManager.default.createFile(atPath: first.directory.path("pending", StoreLayout.fileName(ofRecord: UUID().uuidString)), contents: data)
         }

@@ -41,6 +41,8 @@ struct StoreInspectorTests {
             try store.add(failed)
             failed = try store.moveToFailed(failed, reason: "403 upload refused")
             store.close()
+            // (a file of the earlier layout, which a read-only reader reports and leaves in place)
+            try FileManager.default.createDirectory(at: directory.store.appendingPathComponent("pending"), withIntermediateDirectories: true)
             try Data("not a record at all".utf8).write(to: directory.store.appendingPathComponent("pending/\(StoreInspectorTests.corruptName)"))
             (self.first, self.second, self.failed) = (first, second, failed)
         }

@@ -74,11 +74,22 @@ struct StoreMigrationTests {
         #expect(try view.loadFailed().records == [failed])
         #expect(try view.readPending(id: record.id) == record)
         #expect(try directory.names(in: "pending").union(directory.names(in: "failed")) == before)
-        #expect((try? directory.names(in: "journal")) == nil)
+        #expect(try directory.names(in: "journal").isEmpty)
     }
 
-    @Test(arguments: [0x4D16_7A7E, 11] as [UInt64])
-    func aPowerCutAtAnyInstantOfTheMigrationLosesNothingAndTheNextOpenFinishesIt(seed: UInt64) throws {
+    @Test(arguments: [0x4D16_7A7E] as [UInt64])
+    func aPowerCutAtAnyInstantOfTheMigrationLosesNothingAndTheNextOpenFinishesIt(seed: UInt64) async throws {
+        // (on a thread of its own: seconds of work that must not hold the test runner's threads)
+        let outcome = try await onDedicatedThread { try Self.cutDuringMigration(seed: seed) }
+        #expect(outcome.cuts == outcome.calls)
+        #expect(outcome.calls > 30)
+        #expect(outcome.problems.isEmpty, "\(outcome.problems.prefix(10))")
+        print("migration power cuts (seed \(seed)): \(outcome.cuts) cuts over \(outcome.calls) calls, problems \(outcome.problems.count)")
+    }
+
+    /// Runs the migration of a store of the earlier layout with a cut armed before each of its
+    /// calls, and opens every cut store; returns what it found.
+    static func cutDuringMigration(seed: UInt64) throws -> (calls: Int, cuts: Int, problems: [String]) {
         // Given a store of the earlier layout on a disk that models power cuts: pending records,
         // a committed batch, an uncommitted batch (its addOperations never returned), failed ones
         let disk = PowerLossFileSystem()
@@ -129,7 +140,6 @@ struct StoreMigrationTests {
             migrating.armCut(beforeCall: base + call, seed: UInt64.random(in: 0...UInt64.max, using: &random))
         }
         try RecordStore(directory: directory, configuration: .init(fileSystem: migrating.fileSystem)).close()
-        #expect(migrating.cuts.count == calls)
 
         // Then every cut store opens, holds every acknowledged record field for field in its
         // area and none of the uncommitted batch, and has left the earlier layout behind
@@ -154,8 +164,6 @@ struct StoreMigrationTests {
                 problems.append("cut before call \(call): \(error)")
             }
         }
-        #expect(calls > 30)
-        #expect(problems.isEmpty, "\(problems.prefix(10))")
-        print("migration power cuts (seed \(seed)): \(migrating.cuts.count) cuts over \(calls) calls, problems \(problems.count)")
+        return (calls, migrating.cuts.count, problems)
     }
 }

@@ -29,8 +29,11 @@ final class TemporaryDirectory: Sendable {
         components.reduce(store) { $0.appendingPathComponent($1) }.path
     }
 
+    /// The entries of a directory of the store; none when it does not exist (a journal store
+    /// has no `pending/`, `failed/` or `batches/`).
     func names(in area: String) throws -> Set<String> {
-        Set(try FileManager.default.contentsOfDirectory(atPath: path(area)))
+        guard FileManager.default.fileExists(atPath: path(area)) else { return [] }
+        return Set(try FileManager.default.contentsOfDirectory(atPath: path(area)))
     }
 
     /// Appends to the store's launch file the line the crash-signal handler writes when the

@@ -73,7 +73,11 @@ extension JournalStore {
                 sealed += size
                 live += state.index.liveBytes[name] ?? 0
             }
-            guard sealed >= Int64(configuration.compactionMinimumSize), (sealed - live) * 2 > sealed else { return false }
+            // A store whose every record has gone (its work drained) starts over: the active
+            // segment is sealed and merged with the others into nothing.
+            let drained = state.index.entries.isEmpty && sealed + active.writer.size >= Int64(Self.drainedResetSize)
+            guard drained || (sealed >= Int64(configuration.compactionMinimumSize) && (sealed - live) * 2 > sealed) else { return false }
+            if drained { rollActiveSegment(&state) }
             state.isCompacting = true
             return true
         }
@@ -83,6 +87,10 @@ extension JournalStore {
             self.state.withLock { $0.isCompacting = false }
         }
     }
+
+    /// The journal size past which a store with no records left starts over: 256 KiB (a
+    /// store that drains often, between every few operations, does not start a segment each time).
+    static let drainedResetSize = 256 << 10
 
     /// What a merge copies.
     private struct Plan {

@@ -261,6 +261,11 @@ extension RecordStore {
     }
 
     func listArea(_ area: StoreLayout.Area) throws -> [String] {
+        // A journal store has the earlier layout's areas only when it was migrated from it.
+        if configuration.engine == .journal, area != .quarantine, area != .attempts,
+           (try? configuration.fileSystem.linkStatus(layout.path(of: area))) == nil {
+            return []
+        }
         do {
             return try configuration.fileSystem.contentsOfDirectory(layout.path(of: area))
         } catch {

@@ -147,7 +147,8 @@ package final class RecordStore: Sendable {
         self.synchronizers = synchronizers
         switch access {
         case .readWrite:
-            try layout.createDirectories(fileSystem: fileSystem)
+            // A journal store has no use for the earlier layout's areas (a store migrated keeps them, empty).
+            try layout.createDirectories(fileSystem: fileSystem, areas: configuration.engine == .journal ? [.quarantine, .attempts] : StoreLayout.Area.allCases)
             let lock = try StoreLock(path: layout.lockPath, fileSystem: fileSystem)
             do {
                 journal = configuration.engine == .journal

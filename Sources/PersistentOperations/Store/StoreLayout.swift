@@ -119,9 +119,9 @@ package struct StoreLayout: Sendable {
     /// makes existing ones 0700; syncs each parent whose entries changed.
     ///
     /// - Throws: ``PersistenceError/Code/directoryUnavailable``.
-    package func createDirectories(fileSystem: FileSystem) throws {
+    package func createDirectories(fileSystem: FileSystem, areas: [Area] = Area.allCases) throws {
         try createDirectory(root, fileSystem: fileSystem)
-        for area in Area.allCases {
+        for area in areas {
             try createDirectory(path(of: area), fileSystem: fileSystem)
         }
     }
