@@ -45,6 +45,37 @@ struct JournalCompactionTests {
     }
 
     @Test
+    func aStoreWhoseRecordsHaveAllGoneStartsOverSmallByItself() throws {
+        // Given a store compacting by itself, 3,000 records added and then removed one by one
+        let directory = try TemporaryDirectory()
+        let configuration = JournalStore.Configuration(durability: .processCrash, segmentSize: 256 << 10)
+        let store = try JournalStore(directory: directory.store, configuration: configuration)
+        var ids: [String] = []
+        for index in 0..<3_000 {
+            let record = try makeRecord(index: index)
+            try store.add(record)
+            ids.append(record.id)
+        }
+        let full = try Self.sizeOnDisk(directory)
+        for id in ids { try store.removePending(id: id) }
+        // When the last removal has been written and the compactions it started have run
+        store.close()   // waits for a compaction under way
+        // Then the journal is back to a segment header or two, without anyone asking
+        let segments = try directory.names(in: "journal").filter { $0.hasSuffix(".segment") }
+        let after = try Self.sizeOnDisk(directory)
+        #expect(segments.count <= 2, "\(segments.sorted())")
+        #expect(after < 64 << 10, "\(after) bytes")
+        // And it reopens empty, and takes records again
+        let reopened = try JournalStore(directory: directory.store, configuration: configuration)
+        defer { reopened.close() }
+        #expect(reopened.pendingCount == 0 && reopened.openReport.quarantined.isEmpty)
+        let record = try makeRecord(index: 1)
+        try reopened.add(record)
+        #expect(try reopened.readPending(id: record.id) == record)
+        print("drained journal: \(full) bytes with 3,000 records, \(after) once all were removed, \(segments.count) segment files")
+    }
+
+    @Test
     func compactionKeepsLiveRecordsAndTheirAreas() throws {
         // Given a journal of several segments holding pending, failed, rewritten and batched
         // records among removed ones

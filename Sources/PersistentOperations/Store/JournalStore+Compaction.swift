@@ -83,8 +83,11 @@ extension JournalStore {
         }
         guard isDue else { return }
         compactionQueue.async {
-            try? self.merge()
+            let merged = (try? self.merge()) != nil
             self.state.withLock { $0.isCompacting = false }
+            // Changes made meanwhile found a compaction running and started none (the last
+            // removal of a draining store, say): look again.
+            if merged { self.compactIfDue() }
         }
     }
 
@@ -114,6 +117,29 @@ extension JournalStore {
             }
             return Plan(sealed: sealed, target: JournalSegmentName(number: last.number, generation: last.generation + 1), records: records)
         }) else { return }
+
+        // Nothing live in them (a drained store): the old segments just go, oldest first, so
+        // that a removal never outlives the record it removes.
+        if plan.records.isEmpty {
+            let retired: [JournalWriter] = state.withLock { state in
+                var retired: [JournalWriter] = []
+                for name in plan.sealed {
+                    state.segments[name] = nil
+                    state.sizes[name] = nil
+                    state.index.forgetSegment(name)
+                    if let writer = state.sealedWriters.removeValue(forKey: name) { retired.append(writer) }
+                }
+                state.compactions += 1
+                return retired
+            }
+            for writer in retired { writer.close() }
+            for name in plan.sealed {
+                try fileSystem.unlink(journalPath + "/" + name.fileName)
+                if configuration.flushes { try fileSystem.synchronizeDirectory(journalPath) }
+            }
+            ensureReserve()
+            return
+        }
 
         // Step 2: copy.
         let temporaryPath = journalPath + "/" + JournalSegmentName.temporaryFileName

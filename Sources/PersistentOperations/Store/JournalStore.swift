@@ -221,6 +221,11 @@ package final class JournalStore: Sendable {
     /// Waits for a compaction under way, flushes what was written and closes the segments;
     /// later changes throw ``PersistenceError/Code/storeNotWritable``.
     package func close() {
+        // A compaction under way, the one it may start, and the start-over of a store whose
+        // records have all gone (its last removal may have found a compaction running).
+        compactionQueue.sync {}
+        compactionQueue.sync {}
+        compactIfDue()
         state.withLock { $0.isClosed = true }
         compactionQueue.sync {}
         closeSegments()

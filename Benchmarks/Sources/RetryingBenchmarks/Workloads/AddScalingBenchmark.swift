@@ -127,7 +127,7 @@ struct AddScalingBenchmark: Benchmark {
 
         /// Throws unless exactly `count` records are pending.
         func checkPending(_ count: Int) throws {
-            let files = try StoreFixture.pendingRecordFiles(directory.url).count
+            let files = try StoreFixture.pendingRecordCount(directory.url)
             // The queue reports a cancellation just before it stops tracking the operation.
             let deadline = Timing.now() + 5_000_000_000
             while queue.operations().count > count, Timing.now() < deadline {

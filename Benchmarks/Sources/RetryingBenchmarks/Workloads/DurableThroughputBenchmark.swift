@@ -185,9 +185,9 @@ struct DurableThroughputBenchmark: Benchmark {
     /// Throws unless every operation succeeded and left no record behind.
     static func checkAllSucceeded(_ queue: PersistentOperationQueue, directory: URL) throws {
         let counts = try queue.counts()
-        let left = try StoreFixture.pendingRecordFiles(directory).count
+        let left = try StoreFixture.pendingRecordCount(directory)
         guard counts.failed == 0, counts.quarantined == 0, left == 0 else {
-            throw BenchmarkFailure("after the round: \(counts.failed) failed, \(counts.quarantined) quarantined, \(left) pending record files left")
+            throw BenchmarkFailure("after the round: \(counts.failed) failed, \(counts.quarantined) quarantined, \(left) pending records left")
         }
     }
 }

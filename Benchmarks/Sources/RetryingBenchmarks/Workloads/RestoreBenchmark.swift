@@ -152,7 +152,7 @@ struct RestoreBenchmark: Benchmark {
                 found = report.restored.count
                 result = queue
             case .bare:
-                let records = try BareRecordReader.readAll(in: directory.appendingPathComponent("pending"))
+                let records = try BareRecordReader.decodeAll(try JournalReader.records(in: directory))
                 found = records.count
                 result = records
             case .write:
@@ -203,6 +203,15 @@ enum BareRecordReader {
     }
 
     static let headerSize = 20
+
+    /// Decodes every record (the versioned record format: a header, then the property list).
+    static func decodeAll(_ records: [Data]) throws -> [(Envelope, TypicalPayload)] {
+        let decoder = PropertyListDecoder()
+        return try records.map { file in
+            let envelope = try decoder.decode(Envelope.self, from: file.subdata(in: headerSize..<file.count))
+            return (envelope, try decoder.decode(PayloadBox.self, from: envelope.payload).value)
+        }
+    }
 
     /// Reads and decodes every `.record` file in `directory`.
     static func readAll(in directory: URL) throws -> [(Envelope, TypicalPayload)] {

@@ -127,37 +127,90 @@ enum StoreFixture {
         queue.close()
     }
 
-    /// The record files in the store's pending area.
-    static func pendingRecordFiles(_ directory: URL) throws -> [URL] {
-        try FileManager.default.contentsOfDirectory(
-            at: directory.appendingPathComponent("pending"), includingPropertiesForKeys: nil
-        ).filter { $0.pathExtension == "record" }
+    /// The number of pending records in the store, read as an inspector would.
+    static func pendingRecordCount(_ directory: URL) throws -> Int {
+        try ReadOnlyPersistentStore(directory: directory).counts().pending
     }
 
-    /// The bytes of the record file of one typical operation, as the queue stores it.
+    /// The bytes of the record of one typical operation, as the queue stores it (the body of
+    /// its journal frame: the versioned record format).
     static func typicalRecordFile() throws -> Data {
-        try withTypicalRecordFile { try Data(contentsOf: $0) }
+        try withTypicalRecord { record, _ in record }
     }
 
-    /// The size of the record file of one typical operation, and the disk space it takes.
+    /// The size of the record of one typical operation, and of its journal frame (the record
+    /// and the frame's 24-byte header): what it takes on disk.
     static func typicalRecordFileSize() throws -> (bytes: Int, allocatedBytes: Int) {
-        try withTypicalRecordFile { file in
-            var status = stat()
-            guard stat(file.path, &status) == 0 else { throw BenchmarkFailure("cannot stat \(file.path)") }
-            return (Int(status.st_size), Int(status.st_blocks) * 512)
-        }
+        try withTypicalRecord { record, frame in (record.count, frame) }
     }
 
-    /// Stores one typical operation in a new store and passes its record file to `body`.
-    private static func withTypicalRecordFile<Result>(_ body: (URL) throws -> Result) throws -> Result {
+    /// Stores one typical operation in a new store and passes its record bytes and its frame
+    /// size to `body`.
+    private static func withTypicalRecord<Result>(_ body: (Data, Int) throws -> Result) throws -> Result {
         let directory = try TemporaryDirectory("record")
         defer { directory.remove() }
         try writePendingRecords(1, to: directory.url)
-        let files = try pendingRecordFiles(directory.url)
-        guard files.count == 1 else {
-            throw BenchmarkFailure("expected one record file, found \(files.count)")
+        let records = try JournalReader.records(in: directory.url)
+        guard records.count == 1 else {
+            throw BenchmarkFailure("expected one record in the journal, found \(records.count)")
         }
-        return try body(files[0])
+        return try body(records[0], records[0].count + JournalReader.frameHeaderSize)
+    }
+}
+
+/// Reads the records of a store's journal directly, as the documented format lays them out
+/// (see "The store on disk"): the bare baseline of a restore, without the library.
+enum JournalReader {
+    static let segmentHeaderSize = 32
+    static let frameHeaderSize = 24
+
+    /// The bytes of every record put in the journal and not removed, in journal order.
+    static func records(in store: URL) throws -> [Data] {
+        let journal = store.appendingPathComponent("journal")
+        let names = try FileManager.default.contentsOfDirectory(atPath: journal.path).filter { $0.hasSuffix(".segment") }.sorted()
+        var order: [String] = []
+        var live: [String: Data] = [:]
+        for name in names {
+            let bytes = try BareRecordReader.contents(ofFile: journal.path + "/" + name)
+            try bytes.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+                func value(_ at: Int) -> Int {
+                    (0..<4).reduce(0) { $0 << 8 | Int(raw[at + $1]) }
+                }
+                var offset = segmentHeaderSize
+                while offset + frameHeaderSize <= raw.count {
+                    let kind = raw[offset + 8]
+                    let length = value(offset + 12)
+                    let body = offset + frameHeaderSize
+                    guard length > 0, body + length <= raw.count else { break }
+                    switch kind {
+                    case 1, 4:   // put, move to failed
+                        let record = Data(raw[body..<(body + length)])
+                        let id = try identifier(of: record)
+                        if live.updateValue(record, forKey: id) == nil { order.append(id) }
+                    case 3:      // batch: a count, then each part's length and bytes
+                        var part = body + 4
+                        for _ in 0..<value(body) {
+                            let size = value(part)
+                            let record = Data(raw[(part + 4)..<(part + 4 + size)])
+                            let id = try identifier(of: record)
+                            if live.updateValue(record, forKey: id) == nil { order.append(id) }
+                            part += 4 + size
+                        }
+                    case 2:      // remove
+                        live[String(decoding: raw[body..<(body + length)], as: UTF8.self)] = nil
+                    default:
+                        break
+                    }
+                    offset = body + length
+                }
+            }
+        }
+        return order.compactMap { live[$0] }
+    }
+
+    private static func identifier(of record: Data) throws -> String {
+        struct Identified: Decodable { var id: String }
+        return try PropertyListDecoder().decode(Identified.self, from: record.subdata(in: BareRecordReader.headerSize..<record.count)).id
     }
 }
 
