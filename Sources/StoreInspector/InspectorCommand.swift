@@ -5,12 +5,16 @@ import PersistentOperations
 ///
 ///     store-inspector list [--store] DIR [--json]
 ///     store-inspector show [--store] DIR ID [--json]
+///     store-inspector export [--store] DIR ID [--output PATH] [--payload] [--json]
 ///     store-inspector retry-failed [--store] DIR (ID | --all) [--json]
 struct InspectorCommand {
     /// What to do.
     enum Action: Equatable {
         case list
         case show(id: String)
+        /// Write one record to a file of its own: `output`, or a file named after the record
+        /// in the current directory; only its payload when `payloadOnly`.
+        case export(id: String, output: String?, payloadOnly: Bool)
         case failed
         case stats
         case retryFailed(Selection)
@@ -29,16 +33,22 @@ struct InspectorCommand {
 
     static let usage = """
         usage: store-inspector COMMAND [--store] DIR [ID | --all] [--json]
+               store-inspector export [--store] DIR ID [--output PATH] [--payload] [--json]
 
         Inspects a PersistentOperations store directory. Reading commands open the store
-        read-only: they take no lock and never write, so they are safe on a store that a
-        running app holds. Changing commands take the store's lock and fail while an app
-        holds it.
+        read-only: they take no lock and never write to it (export writes only its own
+        file), so they are safe on a store that a running app holds. Changing commands take
+        the store's lock and fail while an app holds it.
 
         Reading:
           list              pending records: id, type, priority, retries, attempts, next attempt, tags, unique key,
                             due (when it may next start), repeats (a periodic series' schedule)
           show ID           every field of one record, and its payload as a property list
+          export ID         write one pending or failed record to a file of its own, in the record
+                            format (what a .record file of the earlier layout held): to --output PATH,
+                            or ./ID.record; with --payload, only its payload's binary property list
+                            (default ./ID.payload.plist). Never overwrites a file, nor writes inside
+                            the store directory
           failed            records in the failed area, with the reason each failed
           stats             counts per area and per type, periodic series, the next due date,
                             quarantined entries with reasons
@@ -49,10 +59,13 @@ struct InspectorCommand {
 
         Options:
           --store DIR       the store directory (or give it as the first argument after COMMAND)
+          --output PATH     where export writes (default: in the current directory)
+          --payload         export writes only the record's payload
           --json            machine-readable output with stable keys
           --help            show this text
 
-        Exit status: 0 on success, 1 when the store cannot be read or changed, 2 for a usage error.
+        Exit status: 0 on success, 1 when the store cannot be read or changed (or export cannot
+        write its file), 2 for a usage error.
         """
 
     /// A record identifier as stored (uppercase), whatever the case it was typed in; text
@@ -69,11 +82,17 @@ struct InspectorCommand {
         var store: String?
         var json = false
         var all = false
+        var output: String?
+        var payloadOnly = false
         var remaining = arguments[...]
         while let argument = remaining.popFirst() {
             switch argument {
             case "--json": json = true
             case "--all": all = true
+            case "--payload": payloadOnly = true
+            case "--output":
+                guard let value = remaining.popFirst() else { throw InspectorError.usage("--output needs a path") }
+                output = value
             case "--store":
                 guard let value = remaining.popFirst() else { throw InspectorError.usage("--store needs a directory") }
                 store = value
@@ -103,6 +122,7 @@ struct InspectorCommand {
         switch name {
         case "list": action = .list
         case "show": action = .show(id: try id())
+        case "export": action = .export(id: try id(), output: output, payloadOnly: payloadOnly)
         case "failed": action = .failed
         case "stats": action = .stats
         case "retry-failed": action = .retryFailed(try selection())
@@ -115,6 +135,12 @@ struct InspectorCommand {
         switch action {
         case .retryFailed, .purge: break
         default: if all { throw InspectorError.usage("--all applies to retry-failed and purge only") }
+        }
+        switch action {
+        case .export: break
+        default:
+            if output != nil { throw InspectorError.usage("--output applies to export only") }
+            if payloadOnly { throw InspectorError.usage("--payload applies to export only") }
         }
         self.store = URL(fileURLWithPath: store, isDirectory: true)
         self.json = json

@@ -1,7 +1,7 @@
 import Foundation
 import PersistentOperations
 
-/// The reading commands: `list`, `show` and `failed`.
+/// The reading commands `list`, `show` and `failed`, and the lookup `show` and `export` share.
 extension StoreInspector {
     /// Prints the pending records in run order, then the entries that could not be read.
     /// ATTEMPTS counts the attempts started, the one running included. DUE is when the record
@@ -43,30 +43,51 @@ extension StoreInspector {
     /// record that is due reads `due: now` (its JSON `due` is `null`, as its `nextAttempt` is).
     func show(_ id: String) throws {
         let reader = try readOnlyStore()
-        for (area, list) in [("pending", try reader.pendingRecords()), ("failed", try reader.failedRecords())] {
-            if let record = list.records.first(where: { $0.id.rawValue == id }) {
-                let details = RecordPresentation.details(of: record)
-                if json {
-                    print(details.rendered(pretty: true))
-                } else if case .object(let members) = details {
-                    let width = members.map(\.0.count).max() ?? 0
-                    for (key, value) in members {
-                        let text = switch value {
-                        case _ where key == "due": RecordPresentation.dueText(of: record)
-                        case .string(let string): string
-                        case .null: "-"
-                        default: value.rendered(pretty: true)
-                        }
-                        print((key + ":").padding(toLength: width + 2, withPad: " ", startingAt: 0) + text)
-                    }
+        let areas = [("pending", try reader.pendingRecords()), ("failed", try reader.failedRecords())].map { area, list in
+            AreaContents(area: area, records: list.records, unreadable: list.unreadable.map { ($0.name, $0.reason) })
+        }
+        guard let (record, _) = try findRecord(id, in: areas, identifier: \.id.rawValue) else {
+            throw InspectorError.failure("no pending or failed record has the identifier \(id) in \(store.path)")
+        }
+        let details = RecordPresentation.details(of: record)
+        if json {
+            print(details.rendered(pretty: true))
+        } else if case .object(let members) = details {
+            let width = members.map(\.0.count).max() ?? 0
+            for (key, value) in members {
+                let text = switch value {
+                case _ where key == "due": RecordPresentation.dueText(of: record)
+                case .string(let string): string
+                case .null: "-"
+                default: value.rendered(pretty: true)
                 }
-                return
-            }
-            if let entry = list.unreadable.first(where: { $0.name.uppercased().hasPrefix(id.uppercased()) }) {
-                throw InspectorError.failure("the \(area) record \(entry.name) cannot be read: \(entry.reason)")
+                print((key + ":").padding(toLength: width + 2, withPad: " ", startingAt: 0) + text)
             }
         }
-        throw InspectorError.failure("no pending or failed record has the identifier \(id) in \(store.path)")
+    }
+
+    /// What one area of the store holds, for ``findRecord(_:in:identifier:)``.
+    struct AreaContents<Record> {
+        /// `pending` or `failed`.
+        var area: String
+        var records: [Record]
+        /// The entries that cannot be read: name and reason.
+        var unreadable: [(name: String, reason: String)]
+    }
+
+    /// The record `id` names and the area it is in, as `show` and `export` look for it: in
+    /// each area in turn (the pending area, then the failed one), by its stored (uppercase)
+    /// identifier. `nil` when no area has it.
+    ///
+    /// - Throws: ``InspectorError`` when an entry of that identifier cannot be read, with the reason.
+    func findRecord<Record>(_ id: String, in areas: [AreaContents<Record>], identifier: (Record) -> String) throws -> (record: Record, area: String)? {
+        for contents in areas {
+            if let record = contents.records.first(where: { identifier($0) == id }) { return (record, contents.area) }
+            if let entry = contents.unreadable.first(where: { $0.name.uppercased().hasPrefix(id.uppercased()) }) {
+                throw InspectorError.failure("the \(contents.area) record \(entry.name) cannot be read: \(entry.reason)")
+            }
+        }
+        return nil
     }
 
     /// Prints the failed area: each record with the reason it failed.

@@ -29,6 +29,7 @@ struct StoreInspector {
             switch action {
             case .list: try list()
             case .show(let id): try show(id)
+            case .export(let id, let output, let payloadOnly): try export(id, output: output, payloadOnly: payloadOnly)
             case .failed: try failed()
             case .stats: try stats()
             case .retryFailed(let selection): try retryFailed(selection)
@@ -50,7 +51,7 @@ struct StoreInspector {
             return try RecordStore(directory: store, access: .readWrite)
         } catch let error as PersistenceError where error.code == .locked {
             throw InspectorError.failure(
-                "cannot change the store while it is open elsewhere: \(error.message) Stop the app first; reading commands (list, show, failed, stats) work meanwhile."
+                "cannot change the store while it is open elsewhere: \(error.message) Stop the app first; reading commands (list, show, export, failed, stats) work meanwhile."
             )
         }
     }

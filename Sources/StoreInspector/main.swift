@@ -6,7 +6,7 @@ import Glibc
 import Darwin
 #endif
 
-// store-inspector: list, show, failed, stats, retry-failed and purge over a
+// store-inspector: list, show, export, failed, stats, retry-failed and purge over a
 // PersistentOperations store directory. See `InspectorCommand.usage`.
 
 do {

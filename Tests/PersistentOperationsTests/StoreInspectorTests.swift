@@ -66,6 +66,29 @@ struct StoreInspectorTests {
         try await onDedicatedThread { try ChildApp.run("store-inspector", arguments) }
     }
 
+    /// Runs the inspector with `directory` as its current directory.
+    static func inspect(in directory: URL, _ arguments: String...) async throws -> ProcessResult {
+        try await onDedicatedThread { try ChildApp.run("store-inspector", arguments, currentDirectory: directory) }
+    }
+
+    /// The pending or failed record `id` as the store at `path` holds it, read without changing anything.
+    static func storedRecord(_ id: String, in path: String) throws -> OperationRecord? {
+        let reader = try RecordStore(directory: URL(fileURLWithPath: path), access: .readOnly)
+        return try (reader.loadPending().records + reader.loadFailed().records).first { $0.id == id }
+    }
+
+    /// An empty directory beside the store, to export into.
+    static func exportDirectory(beside sample: SampleStore) throws -> URL {
+        let url = sample.directory.url.appendingPathComponent("exports", isDirectory: true)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+
+    /// Output lines with runs of spaces made one, for comparing aligned text.
+    static func squeezedLines(_ output: String) -> [String] {
+        output.split(separator: "\n").map { $0.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ") }
+    }
+
     @Test func readingCommandsListShowAndCountRecordsAndReportACorruptFileWithoutChangingTheStore() async throws {
         // Given a store with pending and failed records and a corrupt file
         let sample = try SampleStore()
@@ -198,6 +221,12 @@ struct StoreInspectorTests {
         let id = try #require(records.first?["id"] as? String)
         let shown = try await Self.inspect("show", directory.store.path, id, "--json")
         #expect((try shown.json()["payload"] as? [String: Any])?["behaviour"] as? String == "refused")
+        // And export writes the refused upload's record, as the store holds it, without the lock
+        let exportedFile = directory.url.appendingPathComponent("refused.record")
+        let exported = try await Self.inspect("export", directory.store.path, id, "--output", exportedFile.path)
+        #expect(exported.status == 0, "\(exported.error)")
+        let storedFailed = try #require(try Self.storedRecord(id, in: directory.store.path))
+        #expect(try RecordFormat.decode(Data(contentsOf: exportedFile)) == storedFailed)
         #expect(try stats.json()["lockFileProcess"] as? Int == Int(holder.processIdentifier))
         #expect(try stats.json()["lockFileProcessIsRunning"] as? Bool == true)
         // And changing is refused with the holder's process id, leaving the record in place
@@ -412,6 +441,118 @@ struct StoreInspectorTests {
         #expect(emptyStats.status == 0, "\(emptyStats.error)")
         #expect(try emptyStats.json()["nextDueDate"] is NSNull)
         #expect(try emptyStats.json()["periodic"] as? Int == 0)
+    }
+
+    @Test func exportWritesARecordFileThatDecodesEqualToTheStoredRecordWithoutChangingTheStore() async throws {
+        // Given a store with pending and failed records, and an empty directory to export into
+        let sample = try SampleStore()
+        let before = try sample.snapshot()
+        let exports = try Self.exportDirectory(beside: sample)
+        let failedFile = exports.appendingPathComponent("refused.record")
+
+        // When a pending record is exported by its identifier typed in lowercase, to the current
+        // directory, and the failed record to a path of its own
+        let pending = try await Self.inspect(in: exports, "export", sample.path, sample.first.id.lowercased())
+        let failed = try await Self.inspect("export", sample.path, sample.failed.id, "--output", failedFile.path, "--json")
+
+        // Then the pending record's file is named after it and holds the record format's bytes,
+        // which decode equal to the stored record, in the same format version
+        #expect(pending.status == 0, "\(pending.error)")
+        let pendingBytes = try Data(contentsOf: exports.appendingPathComponent("\(sample.first.id).record"))
+        #expect(pendingBytes.starts(with: RecordFormat.magic))
+        let storedPending = try #require(try Self.storedRecord(sample.first.id, in: sample.path))
+        let decodedPending = try RecordFormat.decode(pendingBytes)
+        #expect(decodedPending == storedPending)
+        #expect(decodedPending.formatVersion == storedPending.formatVersion)
+        #expect(pendingBytes == (try RecordFormat.encode(storedPending)))
+        // And so does the failed record's, with its failure reason
+        #expect(failed.status == 0, "\(failed.error)")
+        let decodedFailed = try RecordFormat.decode(try Data(contentsOf: failedFile))
+        #expect(decodedFailed == (try Self.storedRecord(sample.failed.id, in: sample.path)))
+        #expect(decodedFailed == sample.failed)
+        #expect(decodedFailed.failureReason == "403 upload refused")
+        // And each run says where it wrote, and the record's type and area
+        let lines = Self.squeezedLines(pending.output)
+        #expect(lines.first?.hasPrefix("wrote ") == true && lines.first?.contains("\(sample.first.id).record") == true)
+        #expect(lines.contains("type: com.example.upload"))
+        #expect(lines.contains("area: pending"))
+        let report = try failed.json()
+        #expect(report["exported"] as? String == failedFile.path)
+        #expect(report["content"] as? String == "record")
+        #expect(report["id"] as? String == sample.failed.id)
+        #expect(report["typeIdentifier"] as? String == "com.example.upload")
+        #expect(report["area"] as? String == "failed")
+        // And nothing in the store changed
+        #expect(try sample.snapshot() == before)
+    }
+
+    @Test func exportWithPayloadWritesThePayloadBytesAlone() async throws {
+        // Given a store with a record whose payload is a property list and one whose payload is not
+        let sample = try SampleStore()
+        let before = try sample.snapshot()
+        let exports = try Self.exportDirectory(beside: sample)
+        let garbageFile = exports.appendingPathComponent("garbage.plist")
+
+        // When their payloads are exported, to the current directory and to a path of its own
+        let payload = try await Self.inspect(in: exports, "export", sample.path, sample.first.id, "--payload")
+        let garbage = try await Self.inspect("export", sample.path, sample.second.id, "--payload", "--output", garbageFile.path, "--json")
+
+        // Then each file holds the record's payload bytes and nothing else, as stored
+        #expect(payload.status == 0, "\(payload.error)")
+        let bytes = try Data(contentsOf: exports.appendingPathComponent("\(sample.first.id).payload.plist"))
+        #expect(bytes == sample.first.payload)
+        #expect(bytes.starts(with: Data("bplist00".utf8)))
+        var expected = SamplePayload.example
+        expected.attempt = 1
+        #expect(try RecordFormat.decodePayload(SamplePayload.self, from: bytes) == expected)
+        #expect(Self.squeezedLines(payload.output).contains("area: pending"))
+        #expect(garbage.status == 0, "\(garbage.error)")
+        #expect(try Data(contentsOf: garbageFile) == sample.second.payload)
+        #expect(try garbage.json()["content"] as? String == "payload")
+        #expect(try garbage.json()["bytes"] as? Int == sample.second.payload.count)
+        // And nothing in the store changed
+        #expect(try sample.snapshot() == before)
+    }
+
+    @Test func exportRefusesToOverwriteAFileOrWriteInsideTheStoreAndNamesAnUnknownRecord() async throws {
+        // Given a store, a file where an export would go, and an identifier no record has
+        let sample = try SampleStore()
+        let before = try sample.snapshot()
+        let exports = try Self.exportDirectory(beside: sample)
+        let existing = exports.appendingPathComponent("existing.record")
+        try Data("keep me".utf8).write(to: existing)
+        let unknown = UUID().uuidString
+
+        // When export is asked to write over that file, into the store (by path, and by default
+        // from inside it), for the unknown identifier, from a missing store, and --payload given to list
+        let overwrite = try await Self.inspect("export", sample.path, sample.first.id, "--output", existing.path)
+        let intoPending = try await Self.inspect(
+            "export", sample.path, sample.first.id, "--output", sample.directory.path("pending", "\(sample.first.id).record")
+        )
+        let fromInsideStore = try await Self.inspect(in: sample.directory.store, "export", ".", sample.first.id)
+        let missing = try await Self.inspect(in: exports, "export", sample.path, unknown)
+        let noStore = try await Self.inspect(in: exports, "export", sample.directory.url.appendingPathComponent("nowhere").path, sample.first.id)
+        let misplaced = try await Self.inspect("list", sample.path, "--payload")
+
+        // Then each is a clear error with exit status 1, and the existing file is as it was
+        #expect(overwrite.status == 1)
+        #expect(overwrite.error.contains("exists already"))
+        #expect(try Data(contentsOf: existing) == Data("keep me".utf8))
+        for inside in [intoPending, fromInsideStore] {
+            #expect(inside.status == 1)
+            #expect(inside.error.contains("inside the store directory"), "\(inside.error)")
+        }
+        #expect(missing.status == 1)
+        #expect(missing.error.contains("no record \(unknown) in the store"), "\(missing.error)")
+        #expect(noStore.status == 1)
+        #expect(noStore.error.contains("does not exist"))
+        // And an option of export's elsewhere is a usage error
+        #expect(misplaced.status == 2)
+        #expect(misplaced.error.contains("--payload applies to export only"))
+        // And nothing was written: the export directory holds only the file that was there, and
+        // nothing in the store changed
+        #expect(try FileManager.default.contentsOfDirectory(atPath: exports.path) == ["existing.record"])
+        #expect(try sample.snapshot() == before)
     }
 
     @Test func aMissingDirectoryOrABadCommandLineIsAClearError() async throws {

@@ -35,9 +35,10 @@ enum ChildApp {
         throw ChildAppError("\(name) was not found beside the test bundle (looked in \(candidates.map(\.path))); build the package first")
     }
 
-    /// Runs the executable product `name` with `arguments` to the end and returns its exit
-    /// status and output. Blocks: call it inside ``onDedicatedThread(_:)``.
-    static func run(_ name: String, _ arguments: [String], timeout: TimeInterval = 60) throws -> ProcessResult {
+    /// Runs the executable product `name` with `arguments` to the end, in `currentDirectory`
+    /// when given (else this process's), and returns its exit status and output. Blocks: call
+    /// it inside ``onDedicatedThread(_:)``.
+    static func run(_ name: String, _ arguments: [String], currentDirectory: URL? = nil, timeout: TimeInterval = 60) throws -> ProcessResult {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("child-output-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -49,6 +50,7 @@ enum ChildApp {
         process.executableURL = try builtExecutable(named: name)
         process.environment = withoutBacktracer
         process.arguments = arguments
+        if let currentDirectory { process.currentDirectoryURL = currentDirectory }
         process.standardOutput = try FileHandle(forWritingTo: outputURL)
         process.standardError = try FileHandle(forWritingTo: errorURL)
         try process.run()
