@@ -113,6 +113,8 @@ struct PersistentDeadlineTests {
         let upload = fixture.upload("flaky", [.retry, .succeed], retryDelay: 100)
         try fixture.queue.addOperation(upload, options: EnqueueOptions(expirationDate: fixture.clock.now.addingTimeInterval(10)))
         #expect(try await eventually { try fixture.pendingRecords().first?.numberOfRetries == 1 })
+        // (the store shows the rewrite once its frame is written, before the wait is scheduled)
+        await fixture.clock.waitForScheduledRetries(count: 1)
         fixture.clock.advance(by: 10)
         await fixture.queue.allOperationsFinished()
         #expect(fixture.lines == ["flaky#1 retry=false retries=0"])
