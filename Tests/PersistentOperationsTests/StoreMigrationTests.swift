@@ -81,7 +81,7 @@ struct StoreMigrationTests {
     func aPowerCutAtAnyInstantOfTheMigrationLosesNothingAndTheNextOpenFinishesIt(seed: UInt64) async throws {
         // (on a thread of its own: seconds of work that must not hold the test runner's threads)
         let outcome = try await onDedicatedThread { try Self.cutDuringMigration(seed: seed) }
-        #expect(outcome.cuts == outcome.calls)
+        #expect(outcome.cuts == (isRunningUnderThreadSanitizer ? (outcome.calls + 7) / 8 : outcome.calls))
         #expect(outcome.calls > 30)
         #expect(outcome.problems.isEmpty, "\(outcome.problems.prefix(10))")
         print("migration power cuts (seed \(seed)): \(outcome.cuts) cuts over \(outcome.calls) calls, problems \(outcome.problems.count)")
@@ -136,7 +136,8 @@ struct StoreMigrationTests {
         var random = SeededGenerator(seed: seed)
         let migrating = durable.cut(seed: 0)
         let base = migrating.callCount
-        for call in 1...calls {
+        // (every call; under Thread Sanitizer, which looks for races, every eighth)
+        for call in stride(from: 1, through: calls, by: isRunningUnderThreadSanitizer ? 8 : 1) {
             migrating.armCut(beforeCall: base + call, seed: UInt64.random(in: 0...UInt64.max, using: &random))
         }
         try RecordStore(directory: directory, configuration: .init(fileSystem: migrating.fileSystem)).close()

@@ -82,10 +82,15 @@ extension JournalStore {
                 report.quarantined.append(quarantine.keep(bytes[region.range], segment: name, offset: region.offset, reason: region.reason))
             }
             if let tail = scan.tornTail {
-                let kept = quarantine.keep(bytes[tail.range], segment: name, offset: tail.offset, reason: "torn tail: " + tail.reason)
-                // The last segment's torn tail is the write a crash interrupted, never
-                // acknowledged; in a segment sealed (flushed whole) since, it is damage.
-                if name == segments.last { report.cutOff.append(kept) } else { report.quarantined.append(kept) }
+                let reason = "torn tail: " + tail.reason
+                if name == segments.last {
+                    // The write a crash interrupted (a kill can cut a large write short), never
+                    // acknowledged: cut off, and not kept, or every such crash would leave a file.
+                    report.cutOff.append(.init(name: "\(name.fileName)@\(tail.offset)", reason: reason, code: .corruptRecord))
+                } else {
+                    // In a segment sealed (flushed whole) since: damage.
+                    report.quarantined.append(quarantine.keep(bytes[tail.range], segment: name, offset: tail.offset, reason: reason))
+                }
             }
             if name == segments.last { lastScan = (name, scan, bytes.count) }
         }
@@ -210,8 +215,8 @@ extension JournalStore {
         var number: UInt64 = (last?.name.number ?? 0) + 1
         if let last, last.scan.header == nil, last.scan.frames.isEmpty, last.name.generation == 0 {
             // Its creation was cut short before it was synced: nothing in it was acknowledged.
-            if let bytes = try? state.segments[last.name]?.read(count: last.size, at: 0), !bytes.isEmpty {
-                report.cutOff.append(quarantine.keep(bytes, segment: last.name, offset: 0, reason: "a segment without a valid header or frame"))
+            if last.size > 0 {
+                report.cutOff.append(.init(name: "\(last.name.fileName)@0", reason: "a segment without a valid header or frame", code: .corruptRecord))
             }
             try? fileSystem.unlink(journalPath + "/" + last.name.fileName)
             state.segments[last.name] = nil

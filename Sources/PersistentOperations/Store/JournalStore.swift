@@ -150,9 +150,9 @@ package final class JournalStore: Sendable {
         package var skipped: [LoadReport.Entry] = []
         /// Bytes cut off the end of the last segment (a torn tail), 0 when none.
         package var truncatedBytes = 0
-        /// What was cut off the end of the journal, kept in the quarantine area too: the
-        /// torn tail of the last segment, or a last segment whose creation a crash cut short.
-        /// Never an acknowledged change (it was not flushed), so not reported as damage.
+        /// What was cut off the end of the journal: the torn tail of the last segment, or a
+        /// last segment whose creation a crash cut short. Never an acknowledged change (it was
+        /// not flushed), so neither kept nor reported as damage.
         package var cutOff: [LoadReport.Entry] = []
     }
 
