@@ -447,19 +447,3 @@ private final class PendingWriteGate: Sendable {
     }
 }
 
-/// Whether `wait` returns within `seconds`; if it does not, its task is cancelled.
-private func finishes(within seconds: Double, _ wait: @escaping @Sendable () async -> Void) async -> Bool {
-    await withTaskGroup(of: Bool.self) { group in
-        group.addTask {
-            await wait()
-            return !Task.isCancelled
-        }
-        group.addTask {
-            try? await Task.sleep(for: .seconds(seconds))
-            return false
-        }
-        let first = await group.next() ?? false
-        group.cancelAll()
-        return first
-    }
-}

@@ -50,19 +50,7 @@ struct RestoreNeverStallsTests {
 
     /// Waits until `queue` has finished everything, at most `seconds`; whether it did.
     static func drains(_ queue: PersistentOperationQueue, within seconds: Double = 10) async -> Bool {
-        await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
-                await queue.allOperationsFinished()
-                return !Task.isCancelled
-            }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(seconds))
-                return false
-            }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
-        }
+        await finishes(within: seconds) { await queue.allOperationsFinished() }
     }
 
     /// What the queue still tracks, for a failure message.

@@ -228,3 +228,20 @@ func damageJournalRecord(_ id: String, in directory: TemporaryDirectory) throws 
     }
     guard damaged > 0 else { throw ChildAppError("record \(id) is in no journal segment") }
 }
+
+/// Whether `wait` returns within `seconds`; if it does not, its task is cancelled.
+func finishes(within seconds: Double, _ wait: @escaping @Sendable () async -> Void) async -> Bool {
+    await withTaskGroup(of: Bool.self) { group in
+        group.addTask {
+            await wait()
+            return !Task.isCancelled
+        }
+        group.addTask {
+            try? await Task.sleep(for: .seconds(seconds))
+            return false
+        }
+        let first = await group.next() ?? false
+        group.cancelAll()
+        return first
+    }
+}

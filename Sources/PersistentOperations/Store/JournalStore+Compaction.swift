@@ -121,22 +121,9 @@ extension JournalStore {
         // Nothing live in them (a drained store): the old segments just go, oldest first, so
         // that a removal never outlives the record it removes.
         if plan.records.isEmpty {
-            let retired: [JournalWriter] = state.withLock { state in
-                var retired: [JournalWriter] = []
-                for name in plan.sealed {
-                    state.segments[name] = nil
-                    state.sizes[name] = nil
-                    state.index.forgetSegment(name)
-                    if let writer = state.sealedWriters.removeValue(forKey: name) { retired.append(writer) }
-                }
-                state.compactions += 1
-                return retired
-            }
+            let retired = state.withLock { state in Self.forget(plan.sealed, in: &state) }
             for writer in retired { writer.close() }
-            for name in plan.sealed {
-                try fileSystem.unlink(journalPath + "/" + name.fileName)
-                if configuration.flushes { try fileSystem.synchronizeDirectory(journalPath) }
-            }
+            try removeSegments(plan.sealed)
             ensureReserve()
             return
         }
@@ -201,21 +188,34 @@ extension JournalStore {
             }
             state.segments[plan.target] = merged
             state.sizes[plan.target] = Int64(JournalSegment.headerSize) + moves.reduce(0) { $0 + Int64($1.to.length) }
-            var retired: [JournalWriter] = []
-            for name in plan.sealed {
-                state.segments[name] = nil
-                state.sizes[name] = nil
-                state.index.forgetSegment(name)
-                if let writer = state.sealedWriters.removeValue(forKey: name) { retired.append(writer) }
-            }
-            state.compactions += 1
-            return retired
+            return Self.forget(plan.sealed, in: &state)
         }
         for writer in retired { writer.close() }
         ensureReserve()
 
         // Step 4: remove the old segments, oldest first.
-        for name in plan.sealed {
+        try removeSegments(plan.sealed)
+    }
+
+    /// Forgets merged (or dead) segments and counts the compaction; returns their writers, to
+    /// be closed outside the lock.
+    private static func forget(_ segments: [JournalSegmentName], in state: inout State) -> [JournalWriter] {
+        var retired: [JournalWriter] = []
+        for name in segments {
+            state.segments[name] = nil
+            state.sizes[name] = nil
+            state.index.forgetSegment(name)
+            if let writer = state.sealedWriters.removeValue(forKey: name) { retired.append(writer) }
+        }
+        state.compactions += 1
+        return retired
+    }
+
+    /// Removes segments oldest first, each removal made durable before the next, so that a
+    /// removal frame never outlives the record it removes.
+    private func removeSegments(_ segments: [JournalSegmentName]) throws {
+        let fileSystem = configuration.fileSystem
+        for name in segments.sorted() {
             try fileSystem.unlink(journalPath + "/" + name.fileName)
             if configuration.flushes { try fileSystem.synchronizeDirectory(journalPath) }
         }
