@@ -192,8 +192,9 @@ func recordFile(body: Data, version: UInt16 = 1) -> Data {
 }
 
 /// Waits (polling every millisecond, up to `seconds`) until `condition` holds; returns whether
-/// it does.
-func eventually(seconds: TimeInterval = 10, _ condition: () throws -> Bool) async throws -> Bool {
+/// it does. 30 s by default: in a full run, the work a test waits for can wait that long for a
+/// thread; a condition that never holds still fails the test.
+func eventually(seconds: TimeInterval = 30, _ condition: () throws -> Bool) async throws -> Bool {
     let deadline = Date().addingTimeInterval(seconds)
     while Date() < deadline {
         if try condition() { return true }
