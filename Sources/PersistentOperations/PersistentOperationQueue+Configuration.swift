@@ -80,6 +80,8 @@ extension PersistentOperationQueue {
         package var fileSystem: FileSystem = .system
         /// How the store keeps its records (tests of the earlier layout choose ``RecordStore/Engine/files``).
         package var storeEngine: RecordStore.Engine = .journal
+        /// How long a removal waits at most for a flush (tests that count flushes lengthen it).
+        package var storeFlushDelay: TimeInterval = JournalWriter.defaultFlushDelay
 
         /// Creates settings; every parameter's default is documented on its property.
         public init(

@@ -197,7 +197,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
                 maximumRecordSize: configuration.maximumRecordSize,
                 fileSystem: configuration.fileSystem, engine: configuration.storeEngine,
                 durability: configuration.durability == .flushed ? .flushed : .processCrash,
-                strictRemovals: configuration.strictRemovals
+                strictRemovals: configuration.strictRemovals, flushDelay: configuration.storeFlushDelay
             )
         )
         self.store = store
