@@ -14,21 +14,8 @@ struct FlushCountTests {
     /// Sanitizer, one at a time) gets a flush of its own, and the counts would measure the
     /// machine's speed.
     static func queue(_ directory: TemporaryDirectory, flushes: Locked<Int>, width: Int = 1) throws -> PersistentOperationQueue {
-        var fileSystem = FileSystem.system
-        fileSystem.synchronizeData = { descriptor in
-            flushes.withLock { $0 += 1 }
-            try FileSystem.system.synchronizeData(descriptor)
-        }
-        fileSystem.synchronize = { descriptor in
-            flushes.withLock { $0 += 1 }
-            try FileSystem.system.synchronize(descriptor)
-        }
-        fileSystem.synchronizeDirectory = { path in
-            flushes.withLock { $0 += 1 }
-            try FileSystem.system.synchronizeDirectory(path)
-        }
         var configuration = PersistentOperationQueue.Configuration()
-        configuration.fileSystem = fileSystem
+        configuration.fileSystem = .countingFlushes(flushes, fileSyncs: true, directorySyncs: true)
         configuration.storeFlushDelay = 10
         let operationQueue = OperationQueue()
         operationQueue.maxConcurrentOperationCount = width

@@ -267,11 +267,7 @@ struct JournalStoreTests {
         // after 10 s only, so that only the flushes the changes ask for are counted)
         let directory = try TemporaryDirectory()
         let flushes = Locked(0)
-        var fileSystem = FileSystem.system
-        fileSystem.synchronizeData = { descriptor in
-            flushes.withLock { $0 += 1 }
-            try FileSystem.system.synchronizeData(descriptor)
-        }
+        let fileSystem = FileSystem.countingFlushes(flushes)
         let store = try JournalStore(directory: directory.store, configuration: .init(flushDelay: 10, fileSystem: fileSystem))
         defer { store.close() }
         flushes.withLock { $0 = 0 }   // (the open's: the segment header, the space reserve)
@@ -310,11 +306,7 @@ struct JournalStoreTests {
         // Given a store with strict removals, whose flushes are counted
         let directory = try TemporaryDirectory()
         let flushes = Locked(0)
-        var fileSystem = FileSystem.system
-        fileSystem.synchronizeData = { descriptor in
-            flushes.withLock { $0 += 1 }
-            try FileSystem.system.synchronizeData(descriptor)
-        }
+        let fileSystem = FileSystem.countingFlushes(flushes)
         let store = try JournalStore(directory: directory.store, configuration: .init(strictRemovals: true, fileSystem: fileSystem))
         defer { store.close() }
         let record = try makeRecord(index: 1)
@@ -333,11 +325,7 @@ struct JournalStoreTests {
         // Given a store whose removals ride along, with its flushes counted
         let directory = try TemporaryDirectory()
         let flushes = Locked(0)
-        var fileSystem = FileSystem.system
-        fileSystem.synchronizeData = { descriptor in
-            flushes.withLock { $0 += 1 }
-            try FileSystem.system.synchronizeData(descriptor)
-        }
+        let fileSystem = FileSystem.countingFlushes(flushes)
         let store = try JournalStore(directory: directory.store, configuration: .init(flushDelay: 10, fileSystem: fileSystem))
         defer { store.close() }
         let records = try (1...2).map { try makeRecord(index: $0) }

@@ -10,17 +10,8 @@ struct QueueDurabilityTests {
         _ directory: TemporaryDirectory, durability: PersistentOperationQueue.Durability, strictRemovals: Bool = false,
         flushes: Locked<Int>
     ) throws -> PersistentOperationQueue {
-        var fileSystem = FileSystem.system
-        fileSystem.synchronizeData = { descriptor in
-            flushes.withLock { $0 += 1 }
-            try FileSystem.system.synchronizeData(descriptor)
-        }
-        fileSystem.synchronize = { descriptor in
-            flushes.withLock { $0 += 1 }
-            try FileSystem.system.synchronize(descriptor)
-        }
         var configuration = PersistentOperationQueue.Configuration(durability: durability, strictRemovals: strictRemovals)
-        configuration.fileSystem = fileSystem
+        configuration.fileSystem = .countingFlushes(flushes, fileSyncs: true)
         let operationQueue = OperationQueue()
         operationQueue.maxConcurrentOperationCount = 1   // removals one at a time: none shares a flush
         operationQueue.isSuspended = true

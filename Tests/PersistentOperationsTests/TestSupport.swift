@@ -246,3 +246,28 @@ func finishes(within seconds: Double, _ wait: @escaping @Sendable () async -> Vo
         return first
     }
 }
+
+extension FileSystem {
+    /// The system's file system counting its flushes in `flushes`: every `fdatasync`, and with
+    /// `fileSyncs` every `fsync`, with `directorySyncs` every directory sync too.
+    static func countingFlushes(_ flushes: Locked<Int>, fileSyncs: Bool = false, directorySyncs: Bool = false) -> FileSystem {
+        var fileSystem = FileSystem.system
+        fileSystem.synchronizeData = { descriptor in
+            flushes.withLock { $0 += 1 }
+            try FileSystem.system.synchronizeData(descriptor)
+        }
+        if fileSyncs {
+            fileSystem.synchronize = { descriptor in
+                flushes.withLock { $0 += 1 }
+                try FileSystem.system.synchronize(descriptor)
+            }
+        }
+        if directorySyncs {
+            fileSystem.synchronizeDirectory = { path in
+                flushes.withLock { $0 += 1 }
+                try FileSystem.system.synchronizeDirectory(path)
+            }
+        }
+        return fileSystem
+    }
+}

@@ -348,13 +348,23 @@ struct JournalQuarantine: Sendable {
     }
 
     private func write(_ data: Data, to path: String) throws {
+        try JournalStore.writeFile(data, to: path, configuration: configuration)
+    }
+}
+
+extension JournalStore {
+    /// Creates (or truncates) the file at `path` with `data`, mode 0600, flushed when the
+    /// store flushes: a file beside the segments (the space reserve, a quarantined copy).
+    static func writeFile(_ data: Data, to path: String, configuration: Configuration) throws {
         let fileSystem = configuration.fileSystem
         let descriptor = try fileSystem.open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
         defer { try? fileSystem.close(descriptor) }
         try data.withUnsafeBytes { bytes in
             var done = 0
             while done < bytes.count {
-                done += try fileSystem.writeAt(descriptor, UnsafeRawBufferPointer(rebasing: bytes[done...]), Int64(done))
+                let count = try fileSystem.writeAt(descriptor, UnsafeRawBufferPointer(rebasing: bytes[done...]), Int64(done))
+                guard count > 0 else { throw SystemCallError("pwrite", path: path, code: EIO) }
+                done += count
             }
         }
         if configuration.flushes { try fileSystem.synchronize(descriptor) }

@@ -31,18 +31,7 @@ extension JournalStore {
         guard !configuration.isReadOnly, (try? fileSystem.linkStatus(reservePath)) == nil else { return }
         let temporary = reservePath + ".tmp"
         do {
-            let descriptor = try fileSystem.open(temporary, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
-            defer { try? fileSystem.close(descriptor) }
-            let zeros = [UInt8](repeating: 0, count: Self.reserveSize)
-            try zeros.withUnsafeBytes { bytes in
-                var done = 0
-                while done < bytes.count {
-                    let count = try fileSystem.writeAt(descriptor, UnsafeRawBufferPointer(rebasing: bytes[done...]), Int64(done))
-                    guard count > 0 else { throw SystemCallError("pwrite", path: temporary, code: EIO) }
-                    done += count
-                }
-            }
-            if configuration.flushes { try fileSystem.synchronizeData(descriptor) }
+            try Self.writeFile(Data(count: Self.reserveSize), to: temporary, configuration: configuration)
             try fileSystem.rename(temporary, reservePath)
         } catch {
             try? fileSystem.unlink(temporary)
