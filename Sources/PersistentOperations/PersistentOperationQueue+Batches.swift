@@ -63,7 +63,7 @@ extension PersistentOperationQueue {
             )
             let key = ObjectIdentifier(operation)
             precondition(batch[key] == nil, "addOperations(_:) was given the same operation twice")
-            batch[key] = UUID().uuidString
+            batch[key] = RecordIdentifier.make()
         }
         var payloads: [Data] = []
         payloads.reserveCapacity(operations.count)
@@ -89,7 +89,7 @@ extension PersistentOperationQueue {
             try Self.checkAcyclic(ids: ids, prerequisites: resolved.map(\.ids), operations: operations)
         }
 
-        let batchID = operations.count > 1 ? UUID().uuidString : nil
+        let batchID = operations.count > 1 ? RecordIdentifier.make() : nil
         var records: [OperationRecord] = []
         records.reserveCapacity(operations.count)
         for (index, operation) in operations.enumerated() {

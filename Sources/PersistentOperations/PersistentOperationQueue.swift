@@ -384,7 +384,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         _ operation: Op, payload: Data, options: EnqueueOptions, prerequisites: ResolvedPrerequisites
     ) throws -> PersistentOperationID {
         let record = makeRecord(
-            id: UUID().uuidString, typeIdentifier: Op.persistenceIdentifier, payload: payload,
+            id: RecordIdentifier.make(), typeIdentifier: Op.persistenceIdentifier, payload: payload,
             operation: operation, options: options, prerequisites: prerequisites.ids
         )
         try store.add(record)

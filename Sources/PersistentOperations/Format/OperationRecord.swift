@@ -134,7 +134,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
 
     /// Creates a record of format ``currentFormatVersion`` with a fresh identifier.
     package init(
-        id: String = UUID().uuidString,
+        id: String = RecordIdentifier.make(),
         typeIdentifier: String,
         payload: Data,
         priority: Int = 0,
@@ -283,8 +283,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
 
     /// Whether `id` has the shape of a library-generated identifier, and so is safe as a file name.
     package static func isValidIdentifier(_ id: String) -> Bool {
-        guard let uuid = UUID(uuidString: id) else { return false }
-        return uuid.uuidString == id
+        RecordIdentifier.isValid(id)
     }
 }
 

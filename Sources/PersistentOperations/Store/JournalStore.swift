@@ -386,7 +386,6 @@ package final class JournalStore: Sendable {
 
     /// The identifier's `UUID`, when it is a library-generated identifier.
     static func uuid(_ id: String) -> UUID? {
-        guard OperationRecord.isValidIdentifier(id) else { return nil }
-        return UUID(uuidString: id)
+        RecordIdentifier.uuid(id)
     }
 }

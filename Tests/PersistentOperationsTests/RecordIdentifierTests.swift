@@ -1,0 +1,42 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+@Suite("Record identifiers")
+struct RecordIdentifierTests {
+    @Test func madeIdentifiersAreRandomVersion4UUIDsInCanonicalForm() throws {
+        var seen = Set<String>()
+        for _ in 0..<2_000 {
+            let id = RecordIdentifier.make()
+            let uuid = try #require(UUID(uuidString: id))
+            #expect(uuid.uuidString == id)
+            let bytes = uuid.uuid
+            #expect(bytes.6 >> 4 == 4, "version 4")
+            #expect(bytes.8 >> 6 == 0b10, "RFC 9562 variant")
+            seen.insert(id)
+        }
+        #expect(seen.count == 2_000)
+    }
+
+    @Test func parsingAgreesWithFoundationOnCanonicalIdentifiers() {
+        for _ in 0..<2_000 {
+            let uuid = UUID()
+            #expect(RecordIdentifier.uuid(uuid.uuidString) == uuid)
+        }
+    }
+
+    @Test func parsingRefusesEverythingButTheCanonicalUppercaseForm() {
+        let valid = "6F1C9A4E-2B7D-4C1E-9F3A-0D5E8B7C6A21"
+        #expect(RecordIdentifier.isValid(valid))
+        let invalid = [
+            valid.lowercased(), "", String(valid.dropLast()), valid + "0", "{" + valid + "}",
+            valid.replacingOccurrences(of: "-", with: ""), valid.replacingOccurrences(of: "2B7D-", with: "2B7D_"),
+            "6F1C9A4E-2B7D-4C1E-9F3A-0D5E8B7C6A2G", "6F1C9A4E-2B7D-4C1E-9F3A0-D5E8B7C6A21",
+            "../../etc/passwd-0000-0000-000000000000", "6F1C9A4E-2B7D-4C1E-9F3A-0D5E8B7C6A2\u{00E9}",
+        ]
+        for id in invalid {
+            #expect(!RecordIdentifier.isValid(id), "\(id)")
+            #expect(!OperationRecord.isValidIdentifier(id), "\(id)")
+        }
+    }
+}
