@@ -8,6 +8,8 @@ final class EventHub: Sendable {
         var streams: [UInt64: AsyncStream<PersistentOperationEvent>.Continuation] = [:]
         /// The queue's own observers (bounded runs), called before the handler.
         var monitors: [ObjectIdentifier: @Sendable (PersistentOperationEvent) -> Void] = [:]
+        /// Monitors whose registration waits on the delivery queue (see ``addMonitor(_:_:)``).
+        var monitorsToRegister = 0
         var nextKey: UInt64 = 0
     }
 
@@ -34,15 +36,33 @@ final class EventHub: Sendable {
     }
 
     /// Adds an observer of the queue's own, called with every event before the handler.
+    /// Adds `monitor` on the delivery queue: it sees every event emitted after this call and
+    /// none emitted before (those still waiting for delivery included).
     func addMonitor(_ key: ObjectIdentifier, _ monitor: @escaping @Sendable (PersistentOperationEvent) -> Void) {
-        subscribers.withLock { $0.monitors[key] = monitor }
+        // Counted at once, so that the events emitted until the registration runs are queued
+        // for it rather than dropped for want of subscribers.
+        subscribers.withLock { $0.monitorsToRegister += 1 }
+        delivery.async {
+            self.subscribers.withLock { subscribers in
+                subscribers.monitors[key] = monitor
+                subscribers.monitorsToRegister -= 1
+            }
+        }
     }
 
     func removeMonitor(_ key: ObjectIdentifier) {
         subscribers.withLock { _ = $0.monitors.removeValue(forKey: key) }
     }
 
+    /// Whether anyone listens. Events emitted while no one does are dropped at once rather
+    /// than queued for delivery: a dispatch to the delivery queue wakes a thread, three times
+    /// in every operation's lifecycle.
+    private var hasSubscribers: Bool {
+        subscribers.withLock { $0.handler != nil || !$0.streams.isEmpty || !$0.monitors.isEmpty || $0.monitorsToRegister > 0 }
+    }
+
     func emit(_ event: PersistentOperationEvent) {
+        guard hasSubscribers else { return }
         delivery.async {
             let (handler, streams, monitors) = self.subscribers.withLock { ($0.handler, Array($0.streams.values), $0.monitors) }
             for monitor in monitors.values { monitor(event) }
@@ -55,7 +75,7 @@ final class EventHub: Sendable {
 
     /// Emits `events` in order, with one hop to the delivery queue for all of them.
     func emit(contentsOf events: [PersistentOperationEvent]) {
-        guard !events.isEmpty else { return }
+        guard !events.isEmpty, hasSubscribers else { return }
         delivery.async {
             let (handler, streams, monitors) = self.subscribers.withLock { ($0.handler, Array($0.streams.values), $0.monitors) }
             for event in events {

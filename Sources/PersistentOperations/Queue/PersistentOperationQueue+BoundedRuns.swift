@@ -51,7 +51,7 @@ extension PersistentOperationQueue {
         }
         // Registered on the events' queue: events emitted before the run started, not yet
         // delivered, are not counted as the run's.
-        hub.deliver { [hub] in hub.addMonitor(key) { [weak run] event in run?.observe(event) } }
+        hub.addMonitor(key) { [weak run] event in run?.observe(event) }
         // Registered and resumed in one step, so that the end of another run cannot suspend
         // the queue in between (see `finishRun`).
         runTransitions.lock()
