@@ -100,6 +100,8 @@ extension JournalStore {
         var sealed: [JournalSegmentName]
         var target: JournalSegmentName
         var records: [(id: UUID, entry: JournalIndex.Entry, file: JournalSegmentFile)]
+        /// The attempt markers whose frames are in the sealed segments, of pending records.
+        var markers: [(id: UUID, marker: AttemptMarker)]
     }
 
     /// Merges the sealed segments; runs on ``compactionQueue``.
@@ -115,12 +117,16 @@ extension JournalStore {
                 guard members.contains(entry.location.segment), let file = state.segments[entry.location.segment] else { return nil }
                 return (id, entry, file)
             }
-            return Plan(sealed: sealed, target: JournalSegmentName(number: last.number, generation: last.generation + 1), records: records)
+            let markers = state.attempts.compactMap { id, attempt -> (id: UUID, marker: AttemptMarker)? in
+                guard members.contains(attempt.segment), state.index.entries[id]?.area == .pending else { return nil }
+                return (id, attempt.marker)
+            }
+            return Plan(sealed: sealed, target: JournalSegmentName(number: last.number, generation: last.generation + 1), records: records, markers: markers)
         }) else { return }
 
         // Nothing live in them (a drained store): the old segments just go, oldest first, so
         // that a removal never outlives the record it removes.
-        if plan.records.isEmpty {
+        if plan.records.isEmpty && plan.markers.isEmpty {
             let retired = state.withLock { state in Self.forget(plan.sealed, in: &state) }
             for writer in retired { writer.close() }
             try removeSegments(plan.sealed)
@@ -165,6 +171,10 @@ extension JournalStore {
                 moves.append((id, entry.location, .init(segment: plan.target, offset: offset, length: Int32(frame.size), isFrame: true)))
                 if buffer.count >= 1 << 20 { try drain() }
             }
+            for (id, marker) in plan.markers {
+                try JournalFrame(kind: .attempt, body: Self.attemptBody(id, marker)).append(to: &buffer, salt: salt, maximumSize: configuration.maximumFrameSize)
+                if buffer.count >= 1 << 20 { try drain() }
+            }
             try drain()
             if configuration.flushes { try fileSystem.synchronize(descriptor) }
         } catch {
@@ -188,6 +198,14 @@ extension JournalStore {
             }
             state.segments[plan.target] = merged
             state.sizes[plan.target] = Int64(JournalSegment.headerSize) + moves.reduce(0) { $0 + Int64($1.to.length) }
+                + plan.markers.reduce(0) { $0 + Int64(JournalFrame.headerSize + Self.attemptBody($1.id, $1.marker).count) }
+            // Markers set since are in later segments and stay there; the merged ones now
+            // read from the new segment; the rest (of records gone) are forgotten.
+            let members = Set(plan.sealed)
+            for (id, attempt) in state.attempts where members.contains(attempt.segment) {
+                state.attempts[id]?.segment = plan.target
+                if state.index.entries[id]?.area != .pending { state.attempts[id] = nil }
+            }
             return Self.forget(plan.sealed, in: &state)
         }
         for writer in retired { writer.close() }

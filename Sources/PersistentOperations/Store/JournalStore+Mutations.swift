@@ -230,6 +230,7 @@ extension JournalStore {
                 let location = JournalIndex.Location(segment: segment, offset: offset, length: Int32(size), isFrame: true)
                 let record = records[0]
                 state.index.set(ids[0], .init(area: kind == .put ? .pending : .failed, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority))
+                if kind == .moveToFailed { state.attempts[ids[0]] = nil }
             }
             for record in records {
                 state.lastEnqueueSequence = max(state.lastEnqueueSequence, record.enqueueSequence)
@@ -241,13 +242,17 @@ extension JournalStore {
         let frame = JournalFrame(kind: .remove, body: Data(id.uuidString.utf8))
         try append(frame, flushes: flushes, check: check) { state, _, _, _ in
             state.index.remove(id)
+            // Its attempts are over.
+            state.attempts[id] = nil
         }
     }
 
     /// Checks, writes and applies `frame` under the lock, then flushes it (when `flushes`)
-    /// without the lock, and starts a compaction when one is due.
-    private func append(
-        _ frame: JournalFrame, flushes: Bool, check: (inout State) throws -> Void,
+    /// without the lock, and starts a compaction when one is due. A frame that is not flushed
+    /// is flushed by the next flush, or within ``Configuration/flushDelay`` when
+    /// `schedulesFlush` (otherwise only by the next flush anyone asks for).
+    func append(
+        _ frame: JournalFrame, flushes: Bool, schedulesFlush: Bool = true, check: (inout State) throws -> Void,
         apply: (inout State, JournalSegmentName, Int64, Int) -> Void
     ) throws {
         let (writer, segment) = try state.withLock { state -> (JournalWriter, JournalSegmentName) in
@@ -265,11 +270,12 @@ extension JournalStore {
             }
             let bytes = try frame.encoded(salt: active.salt, maximumSize: configuration.maximumFrameSize)
             let offset: Int64
+            let durability: JournalWriter.Durability = schedulesFlush ? .written : .writtenUnscheduled
             do {
-                offset = try active.writer.append(bytes, durability: .written)
-            } catch let error as PersistenceError where Self.isDiskFull(error) && frame.kind.endsWork && releaseReserve() {
+                offset = try active.writer.append(bytes, durability: durability)
+            } catch let error as PersistenceError where Self.isDiskFull(error) && frame.kind.endsWork && releaseReserve(&state) {
                 // A full disk must not keep work from completing: the reserve makes room.
-                offset = try active.writer.append(bytes, durability: .written)
+                offset = try active.writer.append(bytes, durability: durability)
             }
             apply(&state, active.file.name, offset, bytes.count)
             if active.writer.size >= Int64(configuration.segmentSize) {

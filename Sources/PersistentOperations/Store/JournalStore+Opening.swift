@@ -138,6 +138,7 @@ extension JournalStore {
                 let location = JournalIndex.Location(segment: segment, offset: Int64(located.offset), length: Int32(frame.size), isFrame: true)
                 state.index.set(id, .init(area: frame.kind == .put ? .pending : .failed, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority))
                 state.lastEnqueueSequence = max(state.lastEnqueueSequence, record.enqueueSequence)
+                if frame.kind == .moveToFailed { state.attempts[id] = nil }
             case .batch:
                 let parts = try frame.batchParts()
                 var entries: [(UUID, JournalIndex.Entry)] = []
@@ -156,8 +157,10 @@ extension JournalStore {
             case .remove:
                 guard let id = removedIdentifier(frame.body) else { throw PersistenceError(.corruptRecord, "the body is not a record identifier") }
                 state.index.remove(id)
+                state.attempts[id] = nil
             case .attempt:
-                break
+                let (id, marker) = try attemptMarker(fromBody: frame.body)
+                state.attempts[id] = marker.map { ($0, segment) }
             }
         } catch {
             reject(error)

@@ -11,7 +11,9 @@ import Darwin
 // `journal/reserve`, 32 KiB of real (not sparse) bytes; a removal or a move to the failed
 // area that fails for lack of space deletes it and is written in the room it leaves (about
 // 500 removals). Adds and rewrites never use it: they fail with the disk full. The reserve is
-// made again, best effort, when the store opens and after a compaction.
+// made again, best effort, when the store opens and after a compaction. Until it is, the
+// store is short of space and writes no crash evidence (attempt frames), which would take
+// the room removals need.
 
 extension JournalStore {
     /// The size of the space reserve: 32 KiB.
@@ -26,21 +28,30 @@ extension JournalStore {
     }
 
     /// Makes the space reserve when it is missing; gives up quietly when there is no room.
+    /// Called without the store's lock.
     func ensureReserve() {
         let fileSystem = configuration.fileSystem
-        guard !configuration.isReadOnly, (try? fileSystem.linkStatus(reservePath)) == nil else { return }
+        guard !configuration.isReadOnly else { return }
+        guard (try? fileSystem.linkStatus(reservePath)) == nil else {
+            state.withLock { $0.isShortOfSpace = false }
+            return
+        }
         let temporary = reservePath + ".tmp"
         do {
             try Self.writeFile(Data(count: Self.reserveSize), to: temporary, configuration: configuration)
             try fileSystem.rename(temporary, reservePath)
+            state.withLock { $0.isShortOfSpace = false }
         } catch {
             try? fileSystem.unlink(temporary)
+            state.withLock { $0.isShortOfSpace = true }
         }
     }
 
-    /// Deletes the space reserve to make room; returns whether there was one.
-    func releaseReserve() -> Bool {
-        (try? configuration.fileSystem.unlink(reservePath)) != nil
+    /// Deletes the space reserve to make room; returns whether there was one. Called with
+    /// the store's lock held (`state`: its state).
+    func releaseReserve(_ state: inout State) -> Bool {
+        state.isShortOfSpace = true
+        return (try? configuration.fileSystem.unlink(reservePath)) != nil
     }
 }
 

@@ -176,6 +176,11 @@ package final class JournalStore: Sendable {
         /// Segments sealed after a successful flush of everything written to them.
         var durablySealed: Set<JournalSegmentName> = []
         var lastEnqueueSequence: UInt64 = 0
+        /// Attempt markers (crash evidence, see `JournalStore+Attempts`), and the segment
+        /// holding each one's frame.
+        var attempts: [UUID: (marker: AttemptMarker, segment: JournalSegmentName)] = [:]
+        /// The space reserve is gone (used by a removal on a full disk, or it could not be made).
+        var isShortOfSpace = false
         var isClosed = false
         var isCompacting = false
         /// Why the store takes no changes, when it does not.

@@ -53,6 +53,9 @@ package final class JournalWriter: @unchecked Sendable {
         case flushed
         /// Written to the file: survives a process crash; flushed soon after.
         case written
+        /// Written to the file: survives a process crash; flushed only by the next flush
+        /// anyone asks for (what need not survive a power cut, such as crash evidence).
+        case writtenUnscheduled
     }
 
     /// How long a ``Durability/written`` frame waits at most for a flush: 50 ms. Long enough
@@ -142,6 +145,8 @@ package final class JournalWriter: @unchecked Sendable {
             try waitUntilFlushed(through: framesWritten)
         case .written:
             scheduleFlush()
+        case .writtenUnscheduled:
+            break
         }
         return offset
     }

@@ -7,7 +7,9 @@ import Darwin
 #endif
 
 // Crash-loop protection needs to know, at the next launch, how many attempts of a record
-// started and never ended. An attempt marker `attempts/<id>.attempt` holds that count as
+// started and never ended. In a journal store that is an attempt frame (see
+// `JournalStore+Attempts`). In the earlier layout (and in stores an earlier version left
+// markers in, until their next open), an attempt marker `attempts/<id>.attempt` holds that count as
 // decimal text (`<attempts> <crashes> <kills> <alone>`, see `+CrashEvidence`); any other marker (a hard link to
 // the record, or an empty file) means one attempt and no crash. Markers are renamed into place
 // but not synced: they only have to survive a process crash (the case crash-loop protection is about), and losing one to a power cut
@@ -28,6 +30,10 @@ extension RecordStore {
             clearAttemptsInFlight(forRecord: id)
             return
         }
+        if let journal {
+            try journal.setAttemptMarker(AttemptMarker(attempts: count, crashes: crashes, kills: kills, runsAlone: runsAlone), forRecord: id)
+            return
+        }
         do {
             if count == 1 && crashes == 0 && kills == 0 && !runsAlone {
                 try markOneAttempt(forRecord: id, at: path)
@@ -46,6 +52,11 @@ extension RecordStore {
     package func clearAttemptsInFlight(forRecord id: String) {
         guard let change = try? beginChange() else { return }
         defer { change.end() }
+        if let journal {
+            // A marker file is one an earlier version left; the next open removes it.
+            journal.clearAttemptMarkers([id])
+            return
+        }
         try? configuration.fileSystem.unlink(attemptMarkerPath(id))
     }
 

@@ -134,9 +134,11 @@ extension RecordStore {
                 let evaluated = (lines ?? []) + ["evaluated"]
                 try writeLaunchFile(evaluated, at: launchPath)
             }
-            for id in markers.keys {
+            let fileMarkers = fileAttemptMarkers()
+            for id in fileMarkers.keys {
                 try? configuration.fileSystem.unlink(attemptMarkerPath(id))
             }
+            journal?.clearAttemptMarkers(markers.keys.filter { fileMarkers[$0] == nil })
             try? configuration.fileSystem.unlink(lifecyclePath)
             try writeLaunchFile([witness ? "witness on" : "witness off"], at: launchPath)
         } catch {
@@ -241,6 +243,15 @@ extension RecordStore {
     /// empty or unreadable files) count as one attempt and nothing else; a lone number or two
     /// (an earlier version's marker) as that many attempts and crashes.
     func attemptMarkers() -> [String: AttemptMarker] {
+        var markers = fileAttemptMarkers()
+        if let journal = try? readableJournal()?.journal {
+            markers.merge(journal.attemptMarkers()) { _, journal in journal }
+        }
+        return markers
+    }
+
+    /// The markers kept as files (the earlier layout's, or an earlier version's).
+    private func fileAttemptMarkers() -> [String: AttemptMarker] {
         var markers: [String: AttemptMarker] = [:]
         for (id, path) in attemptEntries(withExtension: Self.attemptMarkerExtension) {
             var marker = AttemptMarker(attempts: 1)
