@@ -169,9 +169,9 @@ struct JournalSegmentFuzzTests {
             if (scan.header != nil) != damaged.isHeaderIntact {
                 problems.append("header read \(scan.header != nil), intact \(damaged.isHeaderIntact)")
             }
-            // And header, frames, regions and tail cover every byte once, in order
+            // And header, frames, regions and tails cover every byte once, in order
             var pieces: [Range<Int>] = scan.header == nil ? [] : [0..<JournalSegment.headerSize]
-            pieces += scan.frames.map(\.range) + scan.corruptRegions.map(\.range) + (scan.tornTail.map { [$0.range] } ?? [])
+            pieces += scan.frames.map(\.range) + scan.corruptRegions.map(\.range) + (scan.tornTail.map { [$0.range] } ?? []) + (scan.unusedTail.map { [$0.range] } ?? [])
             pieces.sort { $0.lowerBound < $1.lowerBound }
             var covered = 0
             for piece in pieces where !piece.isEmpty {

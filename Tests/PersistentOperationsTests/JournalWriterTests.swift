@@ -222,12 +222,107 @@ private func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) 
 
 /// A segment file in a temporary directory, and a file system that records the writer's
 /// calls (`pwrite <offset> <count>`, `fdatasync`, `ftruncate <length>`) and injects faults.
+extension JournalWriterTests {
+    @Test
+    func aFlushingWriterAppendsInsideZerosItFilledAheadAndGivesThemBackAtClose() throws {
+        // Given a flushing writer
+        let segment = try RecordedSegment()
+        let writer = segment.writer()
+
+        // When frames are appended durably
+        try writer.append(Self.frame(0), durability: .flushed)
+        let afterFirst = segment.calls.withLock { $0.count }
+        try writer.append(Self.frame(1), durability: .flushed)
+        try writer.append(Self.frame(2), durability: .flushed)
+
+        // Then the file was filled with zeros ahead once, and later appends only write their
+        // frame and flush: the file's size, and so its metadata, does not change
+        let frames = Self.frame(0) + Self.frame(1) + Self.frame(2)
+        let filled = try segment.contents()
+        #expect(filled.count >= JournalWriter.defaultFillAhead)
+        #expect(filled.prefix(frames.count) == frames)
+        #expect(filled.dropFirst(frames.count).allSatisfy { $0 == 0 })
+        let later = segment.calls.withLock { Array($0.dropFirst(afterFirst)) }
+        #expect(later == [
+            "pwrite \(Self.frame(0).count) \(Self.frame(1).count)", "fdatasync",
+            "pwrite \(Self.frame(0).count + Self.frame(1).count) \(Self.frame(2).count)", "fdatasync",
+        ])
+        // And a scan reads the zeros as unused space, not damage
+        let scan = try JournalSegment.scan(JournalSegment.header(salt: 1, number: 1) + Data(count: 4096))
+        #expect(scan.tornTail == nil && scan.corruptRegions.isEmpty && scan.unusedTail?.count == 4096)
+
+        // When the writer closes, the file ends with the last frame
+        writer.close()
+        #expect(try segment.contents() == frames)
+    }
+
+    @Test
+    func whenFillingAheadFailsTheFrameIsAppendedToTheEndOfTheFile() throws {
+        // Given a writer on a disk with room for frames but not for the zeros filled ahead
+        let segment = try RecordedSegment()
+        segment.faults.withLock { $0.zeroFillFails = true }
+        let writer = segment.writer()
+
+        // When frames are appended durably
+        try writer.append(Self.frame(0), durability: .flushed)
+        try writer.append(Self.frame(1), durability: .flushed)
+
+        // Then each is written at the end of the file, nothing else is in it
+        #expect(try segment.contents() == Self.frame(0) + Self.frame(1))
+        writer.close()
+        #expect(try segment.contents() == Self.frame(0) + Self.frame(1))
+    }
+
+    @Test
+    func zerosLeftAfterTheFramesOfAnySegmentOpenAsUnusedSpaceAndAreAppendedOver() throws {
+        // Given a store of several segments whose zeros filled ahead were never given back (a
+        // crash before a segment was trimmed), in a sealed segment and in the last one
+        let directory = try TemporaryDirectory()
+        let configuration = JournalStore.Configuration(segmentSize: 4096)
+        let records = try (1...12).map { try makeRecord(index: $0) }
+        do {
+            let store = try JournalStore(directory: directory.store, configuration: configuration)
+            for record in records { try store.add(record) }
+            store.close()
+        }
+        let journal = directory.path("journal")
+        let names = try FileManager.default.contentsOfDirectory(atPath: journal).compactMap(JournalSegmentName.init(fileName:)).sorted()
+        try #require(names.count >= 2)
+        for name in [names[0], names[names.count - 1]] {
+            let handle = try #require(FileHandle(forWritingAtPath: journal + "/" + name.fileName))
+            handle.seekToEndOfFile()
+            handle.write(Data(count: 10_000))
+            handle.closeFile()
+        }
+
+        // When it opens and takes another record
+        let extra = try makeRecord(index: 99)
+        do {
+            let store = try JournalStore(directory: directory.store, configuration: configuration)
+            // Then nothing is reported damaged or cut off, and every record is there
+            #expect(store.openReport.quarantined.isEmpty)
+            #expect(store.openReport.cutOff.isEmpty)
+            #expect(store.pendingCount == records.count)
+            try store.add(extra)
+            store.close()
+        }
+        // And the record appended over the zeros reads back after another open
+        let reopened = try JournalStore(directory: directory.store, configuration: configuration)
+        defer { reopened.close() }
+        #expect(reopened.openReport.quarantined.isEmpty && reopened.openReport.cutOff.isEmpty)
+        #expect(try reopened.readPending(id: extra.id) == extra)
+        #expect(reopened.pendingCount == records.count + 1)
+    }
+}
+
 final class RecordedSegment: Sendable {
     struct Faults: Sendable {
         /// Writes put at most this many more bytes, then fail with ENOSPC.
         var writeFailsAfter: Int?
         /// Flushes fail with EIO.
         var flushFails = false
+        /// Writes of zeros (the writer filling ahead) fail with ENOSPC.
+        var zeroFillFails = false
     }
 
     let directory: TemporaryDirectory
@@ -247,6 +342,9 @@ final class RecordedSegment: Sendable {
         var fileSystem = system
         fileSystem.writeAt = { [self] descriptor, bytes, offset in
             var count = bytes.count
+            if faults.withLock({ $0.zeroFillFails }), count >= 4096, bytes.allSatisfy({ $0 == 0 }) {
+                throw SystemCallError("pwrite", code: ENOSPC)
+            }
             if let budget = faults.withLock({ $0.writeFailsAfter }) {
                 guard budget > 0 else { throw SystemCallError("pwrite", code: ENOSPC) }
                 count = min(count, budget)

@@ -107,8 +107,9 @@ package enum JournalSegment {
     /// Scans a whole segment: every frame that verifies, in order, and every damaged byte
     /// range. Never reads outside `segment` and never hands unverified bytes on.
     ///
-    /// The header, the frames, ``JournalSegmentScan/corruptRegions`` and
-    /// ``JournalSegmentScan/tornTail`` together cover every byte of `segment` exactly once.
+    /// The header, the frames, ``JournalSegmentScan/corruptRegions``,
+    /// ``JournalSegmentScan/tornTail`` and ``JournalSegmentScan/unusedTail`` together cover
+    /// every byte of `segment` exactly once.
     ///
     /// - Parameter maximumFrameSize: frames larger than this are damage. Default:
     ///   ``JournalFrame/defaultMaximumSize``.
@@ -150,7 +151,13 @@ package enum JournalSegment {
             }
         }
         if let start = damage, start.offset < bytes.count {
-            scan.tornTail = .init(offset: start.offset, count: bytes.count - start.offset, reason: start.reason)
+            let tail = JournalSegmentScan.Region(offset: start.offset, count: bytes.count - start.offset, reason: start.reason)
+            if scan.header != nil, start.offset >= headerSize, bytes[tail.range].allSatisfy({ $0 == 0 }) {
+                // Zeros where no frame ever began: space the writer filled ahead of its frames.
+                scan.unusedTail = JournalSegmentScan.Region(offset: tail.offset, count: tail.count, reason: "unused space")
+            } else {
+                scan.tornTail = tail
+            }
         }
         return scan
     }

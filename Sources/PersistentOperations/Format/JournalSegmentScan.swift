@@ -3,8 +3,8 @@ import Foundation
 /// What ``JournalSegment/scan(_:maximumFrameSize:)`` found in a segment: the frames that
 /// verified and the byte ranges that did not.
 ///
-/// The header (when valid), ``frames``, ``corruptRegions`` and ``tornTail`` cover every byte of
-/// the segment exactly once, in order.
+/// The header (when valid), ``frames``, ``corruptRegions``, ``tornTail`` and ``unusedTail``
+/// cover every byte of the segment exactly once, in order.
 ///
 /// ```swift
 /// let bytes = JournalSegment.header(salt: JournalSegment.newSalt(), number: 1)
@@ -50,9 +50,14 @@ package struct JournalSegmentScan: Sendable, Equatable {
     /// offset before appending again (when ``header`` is `nil` the file is not known to be a
     /// segment at all, and truncating it to nothing is the store's decision).
     package var tornTail: Region?
+    /// Zeros after the last valid frame, to the end, in a segment whose header is valid: space
+    /// the writer filled ahead of its frames (see ``JournalWriter``), which no frame reached.
+    /// Not damage; a store appends at its offset.
+    package var unusedTail: Region?
 
-    /// Where the valid part of the segment ends: the torn tail's offset, or the end.
+    /// Where the valid part of the segment ends: the torn tail's or the unused tail's offset,
+    /// or the end.
     package func validEnd(segmentSize: Int) -> Int {
-        tornTail?.offset ?? segmentSize
+        tornTail?.offset ?? unusedTail?.offset ?? segmentSize
     }
 }

@@ -309,6 +309,7 @@ extension JournalStore {
     /// segment stays and takes more frames; a failed flush fails the store.
     func rollActiveSegment(_ state: inout State) {
         guard let old = state.active else { return }
+        old.writer.trim()
         do {
             try old.writer.flush()
         } catch {

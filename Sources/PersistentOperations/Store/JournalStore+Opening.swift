@@ -205,8 +205,10 @@ extension JournalStore {
                     }
                     report.truncatedBytes = tail.count
                 }
+                // Zeros after the frames (the writer's filled-ahead space) are appended over.
+                let allocated = last.scan.tornTail == nil ? last.size : end
                 let writer = JournalWriter(
-                    descriptor: descriptor, path: path, end: Int64(end), fileSystem: fileSystem,
+                    descriptor: descriptor, path: path, end: Int64(end), allocated: Int64(allocated), fileSystem: fileSystem,
                     flushes: configuration.flushes, flushDelay: configuration.flushDelay
                 )
                 state.active = ActiveSegment(file: state.segments[last.name]!, writer: writer, salt: header.salt)

@@ -24,6 +24,14 @@ import Darwin
 /// - A writer made with `flushes: false` never flushes (the durability level that survives
 ///   crashes and kills but not power cuts).
 ///
+/// A writer that flushes fills the segment with zeros ahead of its frames, ``fillAhead`` bytes
+/// at a time, and appends over them. Appending inside the file's size changes no metadata,
+/// so a flush writes the frame's pages and nothing else: on ext4 an `fdatasync` after an
+/// append that grows the file also commits the file system's journal, about 1.6 times the
+/// cost (about 80 against 130 µs measured on an ext4 virtual disk). A reader takes zeros after
+/// the last frame for unused space (``JournalSegmentScan/unusedTail``); ``trim()`` and
+/// ``close()`` give the space back.
+///
 /// Failures lose nothing acknowledged:
 ///
 /// - A write that fails (a full disk) is cut back: the segment ends where the frame began,
@@ -62,6 +70,8 @@ package final class JournalWriter: @unchecked Sendable {
     /// for a burst of removals to share one flush, short enough that an operation completed
     /// just before a power cut rarely runs again.
     package static let defaultFlushDelay: TimeInterval = 0.05
+    /// How many bytes a flushing writer fills with zeros ahead of its frames at a time: 256 KiB.
+    package static let defaultFillAhead = 256 << 10
 
     package let path: String
     /// How long a ``Durability/written`` frame waits at most for a flush.
@@ -73,6 +83,9 @@ package final class JournalWriter: @unchecked Sendable {
     private let fileSystem: FileSystem
     private let condition = NSCondition()
     private var end: Int64
+    /// The file's size: frames end at `end`, zeros follow up to here.
+    private var allocated: Int64
+    private let fillAhead: Int
     /// Frames written so far, and through which of them the file is flushed.
     private var framesWritten: UInt64 = 0
     private var framesFlushed: UInt64 = 0
@@ -83,15 +96,19 @@ package final class JournalWriter: @unchecked Sendable {
     private var isClosed = false
 
     /// Creates the writer of the segment open at `descriptor` (for writing), whose valid
-    /// frames end at `end`; it appends there. The writer owns the descriptor from now on and
-    /// closes it in ``close()``.
+    /// frames end at `end`, followed by zeros up to `allocated` (the file's size, when more);
+    /// it appends there. The writer owns the descriptor from now on and closes it in
+    /// ``close()``. `fillAhead`: see ``defaultFillAhead``; 0 appends to the end of the file.
     package init(
-        descriptor: Int32, path: String, end: Int64, fileSystem: FileSystem,
-        flushes: Bool = true, flushDelay: TimeInterval = JournalWriter.defaultFlushDelay
+        descriptor: Int32, path: String, end: Int64, allocated: Int64? = nil, fileSystem: FileSystem,
+        flushes: Bool = true, flushDelay: TimeInterval = JournalWriter.defaultFlushDelay,
+        fillAhead: Int = JournalWriter.defaultFillAhead
     ) {
         self.descriptor = descriptor
         self.path = path
         self.end = end
+        self.allocated = max(end, allocated ?? end)
+        self.fillAhead = flushes ? fillAhead : 0
         self.fileSystem = fileSystem
         self.flushes = flushes
         self.flushDelay = flushDelay
@@ -123,9 +140,11 @@ package final class JournalWriter: @unchecked Sendable {
         defer { condition.unlock() }
         try checkUsable()
         let offset = end
+        fillAheadIfNeeded(for: frame.count)
         do {
             try writeWhole(frame, at: offset)
         } catch {
+            allocated = offset
             do {
                 try fileSystem.truncate(descriptor, offset)
             } catch {
@@ -138,6 +157,7 @@ package final class JournalWriter: @unchecked Sendable {
             throw PersistenceError(.writeFailed, "Could not append to the journal.", fileURL: URL(fileURLWithPath: path), underlyingError: error)
         }
         end += Int64(frame.count)
+        allocated = max(allocated, end)
         framesWritten += 1
         guard flushes else { return offset }
         switch durability {
@@ -163,14 +183,23 @@ package final class JournalWriter: @unchecked Sendable {
         try waitUntilFlushed(through: framesWritten)
     }
 
-    /// Flushes what was written (unless the writer does not flush or has failed) and closes
-    /// the segment's descriptor. Later calls throw.
+    /// Gives back the zeros filled ahead of the frames: the file ends where they do. For a
+    /// segment that takes no more frames (it is flushed afterwards, with its last frames).
+    package func trim() {
+        condition.lock()
+        defer { condition.unlock() }
+        trimUnderLock()
+    }
+
+    /// Flushes what was written (unless the writer does not flush or has failed), gives back
+    /// the space filled ahead, and closes the segment's descriptor. Later calls throw.
     package func close() {
         condition.lock()
         guard !isClosed else {
             condition.unlock()
             return
         }
+        trimUnderLock()
         if flushes && failure == nil {
             try? waitUntilFlushed(through: framesWritten)
         }
@@ -188,6 +217,35 @@ package final class JournalWriter: @unchecked Sendable {
         }
         if let failure { throw failure }
     }
+
+    private func trimUnderLock() {
+        guard !isClosed, allocated > end else { return }
+        if (try? fileSystem.truncate(descriptor, end)) != nil { allocated = end }
+    }
+
+    /// Fills the file with zeros ahead of the frames when `count` more bytes would not fit
+    /// in it (best effort: on a full disk the frame is appended to the end of the file).
+    private func fillAheadIfNeeded(for count: Int) {
+        guard fillAhead > 0, end + Int64(count) > allocated else { return }
+        let target = (end + Int64(count) + Int64(fillAhead) + 4095) / 4096 * 4096
+        do {
+            var position = allocated
+            try Self.zeros.withUnsafeBytes { zeros in
+                while position < target {
+                    let length = Int(min(Int64(zeros.count), target - position))
+                    let written = try fileSystem.writeAt(descriptor, UnsafeRawBufferPointer(rebasing: zeros[0..<length]), position)
+                    guard written > 0 else { throw SystemCallError("pwrite", path: path, code: EIO) }
+                    position += Int64(written)
+                }
+            }
+            allocated = target
+        } catch {
+            // Whatever was filled reads as unused space; the frame goes at the end.
+            if (try? fileSystem.truncate(descriptor, end)) != nil { allocated = end }
+        }
+    }
+
+    private static let zeros = Data(count: 64 << 10)
 
     private func writeWhole(_ frame: Data, at offset: Int64) throws {
         try frame.withUnsafeBytes { bytes in
