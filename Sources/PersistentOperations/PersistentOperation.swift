@@ -49,7 +49,9 @@ public protocol PersistentOperation: Operation {
     /// The value saved for the operation; everything needed to rebuild it.
     ///
     /// It must read back equal to what was encoded: ``PersistentOperationQueue/addOperation(_:)``
-    /// checks this and throws ``PersistenceError/Code/payloadDoesNotRoundTrip`` otherwise.
+    /// decodes what it encoded and throws ``PersistenceError/Code/payloadDoesNotRoundTrip``
+    /// otherwise. "Equal" is the payload's own `==` when it is `Equatable` (the fast path),
+    /// else — or when `==` says they differ — the same JSON form of both values.
     associatedtype Payload: Codable & Sendable
 
     /// The stable name stored on disk for this type, such as `"com.example.upload"`.

@@ -73,6 +73,26 @@ struct RecordFormatTests {
         #expect(error?.code == .payloadDoesNotRoundTrip)
     }
 
+    @Test func equalityIsThePayloadsOwnWhenItIsEquatableAndTheJSONFormOtherwise() throws {
+        // A payload whose == compares only its identifier: its own notion of equal decides,
+        // so a note that reads back different (nil for "$null") is accepted
+        struct Keyed: Codable, Equatable {
+            var id: Int
+            var note: String?
+            static func == (lhs: Keyed, rhs: Keyed) -> Bool { lhs.id == rhs.id }
+        }
+        #expect(throws: Never.self) { try RecordFormat.encodePayload(Keyed(id: 1, note: "$null")) }
+        // A class compared by identity is never == to what it decodes to: the JSON forms decide
+        final class Identity: Codable, Equatable, @unchecked Sendable {
+            var note: String?
+            init(note: String?) { self.note = note }
+            static func == (lhs: Identity, rhs: Identity) -> Bool { lhs === rhs }
+        }
+        #expect(throws: Never.self) { try RecordFormat.encodePayload(Identity(note: "hello")) }
+        let error = #expect(throws: PersistenceError.self) { try RecordFormat.encodePayload(Identity(note: "$null")) }
+        #expect(error?.code == .payloadDoesNotRoundTrip)
+    }
+
     @Test func aPayloadWhoseEncodeThrowsIsReportedAsNotEncodable() throws {
         struct Unencodable: Codable {
             struct Refusal: Error {}
