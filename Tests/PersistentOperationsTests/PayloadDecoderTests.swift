@@ -155,3 +155,43 @@ struct PayloadDecoderTests {
         #expect(try RecordFormat.decodePayload(Everything.self, from: data) == value)
     }
 }
+
+/// The package's payload encoder against Foundation's `PropertyListEncoder`: the same property
+/// list, read the same by both decoders.
+@Suite("Payload encoder")
+struct PayloadEncoderTests {
+    typealias Everything = PayloadDecoderTests.Everything
+
+    @Test func encodesTheSamePropertyListAsFoundationReadableByBothDecoders() throws {
+        var random = SeededGenerator(seed: 2027)
+        for index in 0..<300 {
+            let value = PayloadDecoderTests.randomEverything(&random)
+            let ours = try PayloadEncoder().encode(value)
+            let bytes = BinaryPropertyListWriter.data(for: ours)
+            // The same values as Foundation's encoder writes (a Float is a 4-byte real there)
+            let foundation = try BinaryPropertyListReader.value(from: PayloadDecoderTests.bytes(value))
+            #expect(ours == foundation, "case \(index)")
+            // And both decoders read back the value
+            #expect(try PropertyListDecoder().decode(Everything.self, from: bytes) == value, "case \(index)")
+            #expect(try PayloadDecoder(value: BinaryPropertyListReader.value(from: bytes)).decode(Everything.self) == value, "case \(index)")
+        }
+        // A class hierarchy through superEncoder, and nil in every kind of container
+        let derived = try PropertyListDecoder().decode(
+            PayloadDecoderTests.Derived.self,
+            from: BinaryPropertyListWriter.data(for: PayloadEncoder().encode(PayloadDecoderTests.Derived(base: 3, extra: "y")))
+        )
+        #expect(derived.base == 3 && derived.extra == "y")
+        let optionals: [String: [Int?]] = ["a": [1, nil, 3], "b": []]
+        #expect(try PayloadEncoder().encode(optionals) == BinaryPropertyListReader.value(from: PayloadDecoderTests.bytes(optionals)))
+    }
+
+    @Test func aTopLevelValueThatEncodesNothingIsRefusedAsFoundationRefusesIt() throws {
+        struct Silent: Encodable {
+            func encode(to encoder: any Encoder) throws {}
+        }
+        #expect(throws: EncodingError.self) { try PayloadEncoder().encode(Silent()) }
+        #expect(throws: EncodingError.self) { try PayloadDecoderTests.bytes(Silent()) }
+        // Nested, it is an empty dictionary, as Foundation writes it
+        #expect(try PayloadEncoder().encode([Silent()]) == BinaryPropertyListReader.value(from: PayloadDecoderTests.bytes([Silent()])))
+    }
+}

@@ -131,7 +131,8 @@ package enum RecordFormat {
 
     // MARK: Payloads
 
-    /// Encodes a payload for ``OperationRecord/payload`` and proves it reads back equal.
+    /// Encodes a payload for ``OperationRecord/payload`` (with ``PayloadEncoder``, as a binary
+    /// property list `PropertyListDecoder` reads) and proves it reads back equal.
     ///
     /// Equal means `==` for an `Equatable` payload. Otherwise, or when `==` says the two
     /// differ, both are compared through a canonical JSON form (sorted keys), which costs
@@ -143,9 +144,7 @@ package enum RecordFormat {
     package static func encodePayload<Payload: Codable>(_ payload: Payload) throws -> Data {
         let data: Data
         do {
-            let encoder = PropertyListEncoder()
-            encoder.outputFormat = .binary
-            data = try encoder.encode(PayloadBox(value: payload))
+            data = BinaryPropertyListWriter.data(for: try PayloadEncoder().encode(PayloadBox(value: payload)))
         } catch {
             throw PersistenceError(
                 .payloadNotEncodable,
