@@ -209,7 +209,8 @@ extension JournalStore {
                 let allocated = last.scan.tornTail == nil ? last.size : end
                 let writer = JournalWriter(
                     descriptor: descriptor, path: path, end: Int64(end), allocated: Int64(allocated), fileSystem: fileSystem,
-                    flushes: configuration.flushes, flushDelay: configuration.flushDelay
+                    flushes: configuration.flushes, flushDelay: configuration.flushDelay,
+                    fillAhead: min(JournalWriter.defaultFillAhead, configuration.segmentSize)
                 )
                 state.active = ActiveSegment(file: state.segments[last.name]!, writer: writer, salt: header.salt)
                 return
@@ -253,7 +254,8 @@ extension JournalStore {
                 let file = try JournalSegmentFile.open(name, path: path, salt: salt, fileSystem: fileSystem)
                 let writer = JournalWriter(
                     descriptor: descriptor, path: path, end: Int64(JournalSegment.headerSize), fileSystem: fileSystem,
-                    flushes: configuration.flushes, flushDelay: configuration.flushDelay
+                    flushes: configuration.flushes, flushDelay: configuration.flushDelay,
+                    fillAhead: min(JournalWriter.defaultFillAhead, configuration.segmentSize)
                 )
                 return ActiveSegment(file: file, writer: writer, salt: salt)
             } catch {
