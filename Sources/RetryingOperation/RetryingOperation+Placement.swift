@@ -94,7 +94,10 @@ extension RetryingOperation {
     static func countFinish(in queue: OperationQueue) {
         let progress = queue.progress
         guard progress.totalUnitCount > 0 else { return }
-        let unit = Progress(totalUnitCount: 1)
+        // A unit of its own, not `Progress(totalUnitCount:)`: that one becomes a child of the
+        // thread's current progress, if any (the finish may happen inside another operation's
+        // work, or the caller's), and `addChild` then traps on it.
+        let unit = Progress.discreteProgress(totalUnitCount: 1)
         progress.addChild(unit, withPendingUnitCount: 1)
         unit.completedUnitCount = 1
     }

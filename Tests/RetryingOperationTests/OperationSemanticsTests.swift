@@ -185,6 +185,30 @@ struct OperationSemanticsTests {
     }
 
     @Test
+    func operationQueueProgressCountsARetryingOperationFinishedWhereAnotherProgressIsCurrent() async {
+        // Given a reporting queue whose synchronous operation waits for a retry
+        let queue = makeQueue()
+        queue.progress.totalUnitCount = 1
+        let clock = ManualRetryScheduler()
+        let operation = ThreadRecordingOperation(asynchronous: false, steps: [.retryIn(1), .succeed], scheduler: clock)
+        queue.addOperation(operation)
+        await clock.waitForScheduledRetries(count: 1)
+
+        // When it is cancelled (and so finishes) inside a plain operation of another reporting
+        // queue, where that operation's own progress is the thread's current one
+        let other = makeQueue()
+        other.progress.totalUnitCount = 1
+        other.addOperation(BlockOperation { operation.cancel() })
+        await drain(other)
+        await drain(queue)
+
+        // Then each queue counted its own operation, once
+        #expect(operation.outcome.map(isCancelled) == true)
+        #expect(queue.progress.completedUnitCount == 1)
+        #expect(other.progress.completedUnitCount == 1)
+    }
+
+    @Test
     func operationQueueProgressIsUntouchedWhenNotReporting() async {
         // Given a queue whose progress has no total (not reporting, as by default)
         let queue = makeQueue()
