@@ -185,6 +185,42 @@ struct OperationSemanticsTests {
     }
 
     @Test
+    func operationQueueProgressCountsRetryingOperationsFinishingAtOnceOnTwoThreads() async {
+        // Linux's `Progress` has no lock: finishes counted at the same moment on two threads
+        // must still update the queue's progress one at a time. Two threads meet most often
+        // just as they set off, so the scene is short and played 500 times. The race is only
+        // caught when the two threads really run at once: without the lock this test failed
+        // (mostly crashing) in every run with two idle cores, far less often when another
+        // process kept a core busy.
+        let rounds = 500
+        var counts: [(completed: Int64, fraction: Double)] = []
+        for _ in 0..<rounds {
+            // Given a reporting queue whose 4 synchronous operations all wait for a retry
+            let queue = makeQueue()
+            queue.progress.totalUnitCount = 4
+            let clock = ManualRetryScheduler()
+            let operations = (0..<4).map { _ in
+                ThreadRecordingOperation(asynchronous: false, steps: [.retryIn(1), .succeed], scheduler: clock)
+            }
+            operations.forEach(queue.addOperation)
+            await clock.waitForScheduledRetries(count: 4)
+
+            // When they all finish at once, cancelled from two threads
+            DispatchQueue.concurrentPerform(iterations: 2) { half in
+                operations[half * 2].cancel()
+                operations[half * 2 + 1].cancel()
+            }
+            await drain(queue)
+            #expect(operations.allSatisfy { $0.outcome.map(isCancelled) == true })
+            counts.append((queue.progress.completedUnitCount, queue.progress.fractionCompleted))
+        }
+
+        // Then every time, the queue counted each operation once
+        #expect(counts.map(\.completed) == Array(repeating: 4, count: rounds))
+        #expect(counts.map(\.fraction) == Array(repeating: 1, count: rounds))
+    }
+
+    @Test
     func operationQueueProgressCountsARetryingOperationFinishedWhereAnotherProgressIsCurrent() async {
         // Given a reporting queue whose synchronous operation waits for a retry
         let queue = makeQueue()
