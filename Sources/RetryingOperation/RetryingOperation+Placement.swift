@@ -91,13 +91,43 @@ extension RetryingOperation {
     /// Counts the finish of a synchronous operation started by `queue` in `queue.progress`, as
     /// `OperationQueue` counts a plain synchronous operation: one unit, once the queue's progress
     /// has a total. (Like a plain asynchronous operation, an asynchronous one is not counted.)
+    ///
+    /// Operations finish on any thread, several at once, and swift-corelibs-foundation's
+    /// `Progress` (Linux) has no lock: an `addChild` or a `completedUnitCount` change racing
+    /// with another loses units or crashes (in `Progress._updateFractionCompleted`). So there
+    /// the counts are made one at a time, under `progressCounting` (that `Progress` calls no
+    /// user code meanwhile: it has no KVO, and runs its handlers asynchronously). `NSProgress`
+    /// on Apple platforms is thread-safe, and may notify observers (user code) synchronously:
+    /// no lock is taken there.
     static func countFinish(in queue: OperationQueue) {
         let progress = queue.progress
+        #if canImport(Darwin)
+        count(in: progress)
+        #else
+        progressCounting.lock()
+        defer { progressCounting.unlock() }
+        count(in: progress)
+        #endif
+    }
+
+    /// One unit counted in `progress`, once it has a total.
+    private static func count(in progress: Progress) {
         guard progress.totalUnitCount > 0 else { return }
-        let unit = Progress(totalUnitCount: 1)
+        // A unit of its own, not `Progress(totalUnitCount:)`: that one becomes a child of the
+        // thread's current progress, if any (the finish may happen inside another operation's
+        // work, or the caller's), and `addChild` then traps on it.
+        let unit = Progress.discreteProgress(totalUnitCount: 1)
         progress.addChild(unit, withPendingUnitCount: 1)
         unit.completedUnitCount = 1
     }
+
+    #if !canImport(Darwin)
+    /// Held while a finish is counted in a queue's progress (see `countFinish(in:)`). It guards
+    /// Foundation's state, not a value of ours, hence not a `Locked`: on a `Locked(())`, whose
+    /// value is empty, Thread Sanitizer reported races between two `withLock` calls with this
+    /// toolchain.
+    private static let progressCounting = NSLock()
+    #endif
 
     /// Hands the due retry to where the operation's attempts run (see the file comment), which
     /// submits ``Callout/beginAdmittedRetry`` there.

@@ -158,10 +158,16 @@ struct OperationSemanticsTests {
     @Test
     func operationQueueProgressCountsSynchronousRetryingOperationsAsPlainOnes() async {
         // Given two queues reporting progress for 10 operations each: retrying ones that retry
-        // once, and plain synchronous ones
+        // once, and plain synchronous ones, run one at a time. (On Linux, plain operations
+        // running at once corrupt their queue's progress: swift-corelibs-foundation's
+        // `OperationQueue._execute(_:)` (Operation.swift) calls `progress.addChild(_:)` and,
+        // after `main()`, `resignCurrent()` on each worker thread, and `Progress`
+        // (Progress.swift: `_updateChild`, `_updateFractionCompleted`) takes no lock. This
+        // test's concurrent plain queue once counted 9 of 10, and once crashed a full run in
+        // `Progress._updateFractionCompleted`, with no retrying operation involved.)
         let retrying = makeQueue()
         retrying.progress.totalUnitCount = 10
-        let plain = makeQueue()
+        let plain = makeQueue(maxConcurrent: 1)
         plain.progress.totalUnitCount = 10
         let clock = ManualRetryScheduler()
         let operations = (0..<10).map { _ in
@@ -182,6 +188,66 @@ struct OperationSemanticsTests {
         #expect(plain.progress.completedUnitCount == 10)
         #expect(retrying.progress.completedUnitCount == 10)
         #expect(retrying.progress.fractionCompleted == 1)
+    }
+
+    @Test
+    func operationQueueProgressCountsRetryingOperationsFinishingAtOnceOnTwoThreads() async {
+        // Linux's `Progress` has no lock: finishes counted at the same moment on two threads
+        // must still update the queue's progress one at a time. Two threads meet most often
+        // just as they set off, so the scene is short and played 500 times. The race is only
+        // caught when the two threads really run at once: without the lock this test failed
+        // (mostly crashing) in every run with two idle cores, far less often when another
+        // process kept a core busy.
+        let rounds = 500
+        var counts: [(completed: Int64, fraction: Double)] = []
+        for _ in 0..<rounds {
+            // Given a reporting queue whose 4 synchronous operations all wait for a retry
+            let queue = makeQueue()
+            queue.progress.totalUnitCount = 4
+            let clock = ManualRetryScheduler()
+            let operations = (0..<4).map { _ in
+                ThreadRecordingOperation(asynchronous: false, steps: [.retryIn(1), .succeed], scheduler: clock)
+            }
+            operations.forEach(queue.addOperation)
+            await clock.waitForScheduledRetries(count: 4)
+
+            // When they all finish at once, cancelled from two threads
+            DispatchQueue.concurrentPerform(iterations: 2) { half in
+                operations[half * 2].cancel()
+                operations[half * 2 + 1].cancel()
+            }
+            await drain(queue)
+            #expect(operations.allSatisfy { $0.outcome.map(isCancelled) == true })
+            counts.append((queue.progress.completedUnitCount, queue.progress.fractionCompleted))
+        }
+
+        // Then every time, the queue counted each operation once
+        #expect(counts.map(\.completed) == Array(repeating: 4, count: rounds))
+        #expect(counts.map(\.fraction) == Array(repeating: 1, count: rounds))
+    }
+
+    @Test
+    func operationQueueProgressCountsARetryingOperationFinishedWhereAnotherProgressIsCurrent() async {
+        // Given a reporting queue whose synchronous operation waits for a retry
+        let queue = makeQueue()
+        queue.progress.totalUnitCount = 1
+        let clock = ManualRetryScheduler()
+        let operation = ThreadRecordingOperation(asynchronous: false, steps: [.retryIn(1), .succeed], scheduler: clock)
+        queue.addOperation(operation)
+        await clock.waitForScheduledRetries(count: 1)
+
+        // When it is cancelled (and so finishes) inside a plain operation of another reporting
+        // queue, where that operation's own progress is the thread's current one
+        let other = makeQueue()
+        other.progress.totalUnitCount = 1
+        other.addOperation(BlockOperation { operation.cancel() })
+        await drain(other)
+        await drain(queue)
+
+        // Then each queue counted its own operation, once
+        #expect(operation.outcome.map(isCancelled) == true)
+        #expect(queue.progress.completedUnitCount == 1)
+        #expect(other.progress.completedUnitCount == 1)
     }
 
     @Test
