@@ -5,32 +5,24 @@ import Foundation
 /// The output is an ordinary binary property list that `PropertyListSerialization` and
 /// `plutil` read; it is always accepted by ``BinaryPropertyListReader``. Objects are not
 /// shared, and dictionary keys are written in sorted order so that equal values always
-/// produce equal bytes.
+/// produce equal bytes. Everything is written into one buffer, each object once.
 package enum BinaryPropertyListWriter {
     /// The bytes of `value` as a binary property list.
     package static func data(for value: PropertyListValue) -> Data {
         let objectCount = count(value)
-        let referenceSize = byteWidth(for: UInt64(objectCount))
-        var objects: [[UInt8]] = []
-        objects.reserveCapacity(objectCount)
-        _ = append(value, to: &objects, referenceSize: referenceSize)
-
-        var output = Array("bplist00".utf8)
-        var offsets: [UInt64] = []
-        offsets.reserveCapacity(objects.count)
-        for object in objects {
-            offsets.append(UInt64(output.count))
-            output.append(contentsOf: object)
-        }
+        var writer = Writer(referenceSize: byteWidth(for: UInt64(objectCount)), objectCount: objectCount)
+        writer.output.append(contentsOf: Array("bplist00".utf8))
+        writer.append(value)
+        var output = writer.output
         let offsetTableOffset = UInt64(output.count)
         let offsetSize = byteWidth(for: offsetTableOffset)
-        for offset in offsets {
-            appendBigEndian(offset, width: offsetSize, to: &output)
+        for offset in writer.offsets {
+            appendBigEndian(UInt64(offset), width: offsetSize, to: &output)
         }
         output.append(contentsOf: [0, 0, 0, 0, 0, 0])  // unused, sort version
         output.append(UInt8(offsetSize))
-        output.append(UInt8(referenceSize))
-        appendBigEndian(UInt64(objects.count), width: 8, to: &output)
+        output.append(UInt8(writer.referenceSize))
+        appendBigEndian(UInt64(objectCount), width: 8, to: &output)
         appendBigEndian(0, width: 8, to: &output)  // top object
         appendBigEndian(offsetTableOffset, width: 8, to: &output)
         return Data(output)
@@ -47,67 +39,101 @@ package enum BinaryPropertyListWriter {
         }
     }
 
-    /// Appends `value` and its children in pre-order; returns the index of `value`.
-    private static func append(_ value: PropertyListValue, to objects: inout [[UInt8]], referenceSize: Int) -> Int {
-        let index = objects.count
-        objects.append([])
-        var bytes: [UInt8] = []
-        switch value {
-        case .bool(let flag):
-            bytes = [flag ? 0x09 : 0x08]
-        case .integer(let integer):
-            if integer < 0 {
-                bytes = [0x13]
-                appendBigEndian(UInt64(bitPattern: integer), width: 8, to: &bytes)
-            } else {
-                appendInteger(UInt64(integer), to: &bytes)
-            }
-        case .unsignedInteger(let integer):
-            bytes = [0x14]
-            appendBigEndian(0, width: 8, to: &bytes)
-            appendBigEndian(integer, width: 8, to: &bytes)
-        case .real(let real):
-            bytes = [0x23]
-            appendBigEndian(real.bitPattern, width: 8, to: &bytes)
-        case .date(let date):
-            bytes = [0x33]
-            appendBigEndian(date.timeIntervalSinceReferenceDate.bitPattern, width: 8, to: &bytes)
-        case .data(let data):
-            appendMarker(0x40, count: data.count, to: &bytes)
-            bytes.append(contentsOf: data)
-        case .string(let string):
-            if string.utf8.allSatisfy({ $0 < 0x80 }) {
-                appendMarker(0x50, count: string.utf8.count, to: &bytes)
-                bytes.append(contentsOf: string.utf8)
-            } else {
-                let units = Array(string.utf16)
-                appendMarker(0x60, count: units.count, to: &bytes)
-                for unit in units {
-                    appendBigEndian(UInt64(unit), width: 2, to: &bytes)
-                }
-            }
-        case .array(let elements):
-            appendMarker(0xA0, count: elements.count, to: &bytes)
-            for element in elements {
-                let reference = append(element, to: &objects, referenceSize: referenceSize)
-                appendBigEndian(UInt64(reference), width: referenceSize, to: &bytes)
-            }
-        case .dictionary(let entries):
-            appendMarker(0xD0, count: entries.count, to: &bytes)
-            let keys = entries.keys.sorted()
-            var valueReferences: [UInt8] = []
-            for key in keys {
-                let reference = append(.string(key), to: &objects, referenceSize: referenceSize)
-                appendBigEndian(UInt64(reference), width: referenceSize, to: &bytes)
-            }
-            for key in keys {
-                let reference = append(entries[key]!, to: &objects, referenceSize: referenceSize)
-                appendBigEndian(UInt64(reference), width: referenceSize, to: &valueReferences)
-            }
-            bytes.append(contentsOf: valueReferences)
+    /// Writes objects into one buffer, in pre-order (the top object is 0, each container
+    /// before its children, a dictionary's keys before its values): the layout whose bytes
+    /// the golden record files pin down.
+    private struct Writer {
+        let referenceSize: Int
+        var output: [UInt8] = []
+        var offsets: [Int] = []
+
+        init(referenceSize: Int, objectCount: Int) {
+            self.referenceSize = referenceSize
+            offsets.reserveCapacity(objectCount)
+            output.reserveCapacity(64 + objectCount * 16)
         }
-        objects[index] = bytes
-        return index
+
+        /// Writes `value` and its children; returns the number of `value`.
+        @discardableResult
+        mutating func append(_ value: PropertyListValue) -> Int {
+            let index = offsets.count
+            offsets.append(output.count)
+            switch value {
+            case .array(let elements):
+                appendMarker(0xA0, count: elements.count, to: &output)
+                var next = index + 1
+                for element in elements {
+                    appendBigEndian(UInt64(next), width: referenceSize, to: &output)
+                    next += count(element)
+                }
+                for element in elements { append(element) }
+            case .dictionary(let entries):
+                let keys = entries.keys.sorted()
+                appendMarker(0xD0, count: entries.count, to: &output)
+                for position in keys.indices {
+                    appendBigEndian(UInt64(index + 1 + position), width: referenceSize, to: &output)
+                }
+                var next = index + 1 + keys.count
+                for key in keys {
+                    appendBigEndian(UInt64(next), width: referenceSize, to: &output)
+                    next += count(entries[key]!)
+                }
+                for key in keys { appendScalarObject(.string(key)) }
+                for key in keys { append(entries[key]!) }
+            default:
+                appendScalar(value)
+            }
+            return index
+        }
+
+        private mutating func appendScalarObject(_ value: PropertyListValue) {
+            offsets.append(output.count)
+            appendScalar(value)
+        }
+
+        private mutating func appendScalar(_ value: PropertyListValue) {
+            switch value {
+            case .bool(let flag):
+                output.append(flag ? 0x09 : 0x08)
+            case .integer(let integer):
+                if integer < 0 {
+                    output.append(0x13)
+                    appendBigEndian(UInt64(bitPattern: integer), width: 8, to: &output)
+                } else {
+                    appendInteger(UInt64(integer), to: &output)
+                }
+            case .unsignedInteger(let integer):
+                output.append(0x14)
+                appendBigEndian(0, width: 8, to: &output)
+                appendBigEndian(integer, width: 8, to: &output)
+            case .real(let real):
+                output.append(0x23)
+                appendBigEndian(real.bitPattern, width: 8, to: &output)
+            case .date(let date):
+                output.append(0x33)
+                appendBigEndian(date.timeIntervalSinceReferenceDate.bitPattern, width: 8, to: &output)
+            case .data(let data):
+                appendMarker(0x40, count: data.count, to: &output)
+                output.append(contentsOf: data)
+            case .string(let string):
+                var string = string
+                let isASCII = string.withUTF8 { $0.allSatisfy { $0 < 0x80 } }
+                if isASCII {
+                    string.withUTF8 { utf8 in
+                        appendMarker(0x50, count: utf8.count, to: &output)
+                        output.append(contentsOf: utf8)
+                    }
+                } else {
+                    appendMarker(0x60, count: string.utf16.count, to: &output)
+                    for unit in string.utf16 {
+                        output.append(UInt8(truncatingIfNeeded: unit >> 8))
+                        output.append(UInt8(truncatingIfNeeded: unit))
+                    }
+                }
+            case .array, .dictionary:
+                preconditionFailure("containers are written by append(_:)")
+            }
+        }
     }
 
     private static func appendMarker(_ kind: UInt8, count: Int, to bytes: inout [UInt8]) {
