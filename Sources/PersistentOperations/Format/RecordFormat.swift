@@ -66,7 +66,8 @@ package enum RecordFormat {
         guard OperationRecord.isValidIdentifier(record.id) else {
             throw PersistenceError(.corruptRecord, "Record identifier \"\(record.id)\" is not a library-generated UUID.")
         }
-        let body = BinaryPropertyListWriter.data(for: record.propertyListValue)
+        let value = record.propertyListValue
+        let body = BinaryPropertyListWriter.data(for: value)
         let size = headerSize + body.count
         guard size <= maximumSize else {
             throw PersistenceError(
@@ -82,7 +83,11 @@ package enum RecordFormat {
         appendBigEndian(UInt64(CRC32.checksum(of: body)), width: 4, to: &file)
         file.append(body)
         // What is stored must read back the same: prove it now rather than at the next launch.
-        let decoded = try? decode(file, maximumSize: maximumSize)
+        // The bytes of a property list read back exactly by construction (every string, date
+        // and integer; the golden-file and fuzzing tests hold the writer and the reader to
+        // it), so the check is of what can drop a field: the mapping of the record to its
+        // property list and back, in its format version.
+        let decoded = try? OperationRecord(propertyListValue: value, headerVersion: record.formatVersion)
         guard decoded == record else {
             throw PersistenceError(
                 .payloadDoesNotRoundTrip,
