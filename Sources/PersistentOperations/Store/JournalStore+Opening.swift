@@ -133,7 +133,7 @@ extension JournalStore {
         do {
             switch frame.kind {
             case .put, .moveToFailed:
-                let record = try RecordFormat.decode(frame.body, maximumSize: maximumRecordSize)
+                let record = try indexFields(frame.body, maximumSize: maximumRecordSize)
                 guard let id = uuid(record.id) else { throw PersistenceError(.corruptRecord, "the record's identifier is not a library-generated identifier") }
                 let location = JournalIndex.Location(segment: segment, offset: Int64(located.offset), length: Int32(frame.size), isFrame: true)
                 state.index.set(id, .init(area: frame.kind == .put ? .pending : .failed, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority))
@@ -144,7 +144,7 @@ extension JournalStore {
                 var entries: [(UUID, JournalIndex.Entry)] = []
                 var offset = bodyOffset + 4
                 for part in parts {
-                    let record = try RecordFormat.decode(part, maximumSize: maximumRecordSize)
+                    let record = try indexFields(part, maximumSize: maximumRecordSize)
                     guard let id = uuid(record.id) else { throw PersistenceError(.corruptRecord, "a record's identifier is not a library-generated identifier") }
                     let location = JournalIndex.Location(segment: segment, offset: offset + 4, length: Int32(part.count), isFrame: false)
                     entries.append((id, .init(area: .pending, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority)))
@@ -165,6 +165,15 @@ extension JournalStore {
         } catch {
             reject(error)
         }
+    }
+
+    /// What the index needs of a record whose frame verified: read directly when it can be
+    /// (``RecordFormat/indexFields(of:)``), else from the record decoded in full, which throws
+    /// what is wrong with it. The rest of the record is verified when it is loaded.
+    private static func indexFields(_ body: Data, maximumSize: Int) throws -> RecordFormat.IndexFields {
+        if body.count <= maximumSize, let fields = RecordFormat.indexFields(of: body) { return fields }
+        let record = try RecordFormat.decode(body, maximumSize: maximumSize)
+        return RecordFormat.IndexFields(id: record.id, enqueueSequence: record.enqueueSequence, priority: record.priority)
     }
 
     /// The salt written in the frame at `offset`.

@@ -67,7 +67,13 @@ extension RecordStore {
             report.skipped += fileReport.skipped
         }
         if access == .readWrite {
-            report.quarantined = findings + unreadable
+            // A record the journal's open indexed but that does not decode in full: moved to
+            // quarantine now, as open would have, so that it is reported once.
+            let moved = unreadable.map { entry -> LoadReport.Entry in
+                guard let name = try? journal.quarantinePending(id: entry.name, reason: entry.reason) else { return entry }
+                return LoadReport.Entry(name: name, reason: entry.reason, code: entry.code)
+            }
+            report.quarantined = findings + moved
         } else {
             report.skipped += findings + unreadable
         }

@@ -1,0 +1,139 @@
+import Foundation
+
+// Reading only what the journal's index needs
+// ===========================================
+//
+// Opening a journal indexes every record: its identifier, enqueue sequence and priority. A
+// full decode (checksum, structural verification, every field) costs as much again as the
+// restore that follows, which decodes each record anyway. For a record inside a frame whose
+// checksum verified — the bytes the writer wrote — `indexFields(of:)` walks the property
+// list to those three fields only. Every read is bounds-checked; anything unexpected returns
+// nil and the caller decodes the record in full, which reports what is wrong. A record that
+// passes here and fails its full decode later (a defect, or a checksum collision) is
+// quarantined when it is loaded, as any undecodable record is.
+
+extension RecordFormat {
+    /// The fields of a record that the journal's index needs.
+    package struct IndexFields: Equatable, Sendable {
+        package var id: String
+        package var enqueueSequence: UInt64
+        package var priority: Int
+    }
+
+    /// The index fields of the record file `file`, read without verifying the rest of it, or
+    /// nil when they cannot be read that way (see the comment above).
+    package static func indexFields(of file: Data) -> IndexFields? {
+        file.withUnsafeBytes { raw -> IndexFields? in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            guard bytes.count > headerSize + 8 + 32, bytes.prefix(magic.count).elementsEqual(magic) else { return nil }
+            let version = Int(read(bytes, 8, 2) ?? 0)
+            guard OperationRecord.readableFormatVersions.contains(version) else { return nil }
+            let body = UnsafeBufferPointer(rebasing: bytes[headerSize...])
+            return PropertyListPeek(body).indexFields(version: version)
+        }
+    }
+
+    fileprivate static func read(_ bytes: UnsafeBufferPointer<UInt8>, _ offset: Int, _ width: Int) -> UInt64? {
+        guard offset >= 0, width >= 1, width <= 8, offset <= bytes.count - width else { return nil }
+        var value: UInt64 = 0
+        for index in offset..<(offset + width) { value = value << 8 | UInt64(bytes[index]) }
+        return value
+    }
+}
+
+/// A bounds-checked walk to a few top-level fields of a binary property list.
+private struct PropertyListPeek {
+    let bytes: UnsafeBufferPointer<UInt8>
+
+    init(_ bytes: UnsafeBufferPointer<UInt8>) {
+        self.bytes = bytes
+    }
+
+    func indexFields(version: Int) -> RecordFormat.IndexFields? {
+        guard bytes.count >= 8 + 32, bytes.prefix(8).elementsEqual("bplist00".utf8) else { return nil }
+        let trailer = bytes.count - 32
+        guard let offsetSize = read(trailer + 6, 1).map(Int.init), let referenceSize = read(trailer + 7, 1).map(Int.init),
+              let objectCount = read(trailer + 8, 8), let top = read(trailer + 16, 8), let table = read(trailer + 24, 8),
+              (1...8).contains(offsetSize), (1...8).contains(referenceSize), top < objectCount,
+              objectCount <= UInt64(bytes.count), table <= UInt64(trailer) else { return nil }
+        func offset(of object: UInt64) -> Int? {
+            guard object < objectCount else { return nil }
+            let position = Int(table) + Int(object) * offsetSize
+            guard position + offsetSize <= trailer, let offset = read(position, offsetSize), offset < table else { return nil }
+            return Int(offset)
+        }
+        guard let dictionary = offset(of: top), let (count, references) = container(at: dictionary, marker: 0xD0) else { return nil }
+        var id: String?
+        var sequence: UInt64?
+        var priority: Int?
+        var formatVersion: Int?
+        for index in 0..<count {
+            guard let keyReference = read(references + index * referenceSize, referenceSize),
+                  let valueReference = read(references + (count + index) * referenceSize, referenceSize),
+                  let keyOffset = offset(of: keyReference), let key = asciiString(at: keyOffset) else { return nil }
+            switch key {
+            case "id":
+                guard let valueOffset = offset(of: valueReference) else { return nil }
+                id = asciiString(at: valueOffset)
+            case "enqueueSequence":
+                guard let valueOffset = offset(of: valueReference) else { return nil }
+                sequence = unsignedInteger(at: valueOffset)
+            case "priority":
+                guard let valueOffset = offset(of: valueReference), let value = signedInteger(at: valueOffset) else { return nil }
+                priority = Int(exactly: value)
+            case "formatVersion":
+                guard let valueOffset = offset(of: valueReference), let value = signedInteger(at: valueOffset) else { return nil }
+                formatVersion = Int(exactly: value)
+            default:
+                continue
+            }
+        }
+        guard let id, OperationRecord.isValidIdentifier(id), let sequence, let priority, formatVersion == version else { return nil }
+        return RecordFormat.IndexFields(id: id, enqueueSequence: sequence, priority: priority)
+    }
+
+    private func read(_ offset: Int, _ width: Int) -> UInt64? {
+        RecordFormat.read(bytes, offset, width)
+    }
+
+    /// The element count of the container object at `offset` with `marker` (0xA0 or 0xD0),
+    /// and where its references start.
+    private func container(at offset: Int, marker: UInt8) -> (count: Int, references: Int)? {
+        guard offset < bytes.count, bytes[offset] & 0xF0 == marker else { return nil }
+        let low = Int(bytes[offset] & 0x0F)
+        guard low == 0x0F else { return (low, offset + 1) }
+        guard offset + 1 < bytes.count, bytes[offset + 1] & 0xF0 == 0x10 else { return nil }
+        let width = 1 << Int(bytes[offset + 1] & 0x0F)
+        guard width <= 8, let count = read(offset + 2, width), count < UInt64(bytes.count) else { return nil }
+        return (Int(count), offset + 2 + width)
+    }
+
+    /// The ASCII string object at `offset` (keys and identifiers are ASCII).
+    private func asciiString(at offset: Int) -> String? {
+        guard let (count, start) = container(at: offset, marker: 0x50), count <= 256, start + count <= bytes.count else { return nil }
+        let characters = UnsafeBufferPointer(rebasing: bytes[start..<(start + count)])
+        guard characters.allSatisfy({ $0 < 0x80 }) else { return nil }
+        return String(decoding: characters, as: UTF8.self)
+    }
+
+    /// The integer object at `offset` read as signed (1, 2 and 4 bytes are non-negative; 8 is
+    /// two's complement), or nil when it is not an integer of up to 8 bytes.
+    private func signedInteger(at offset: Int) -> Int64? {
+        guard offset < bytes.count, bytes[offset] & 0xF0 == 0x10 else { return nil }
+        let width = 1 << Int(bytes[offset] & 0x0F)
+        guard width <= 8, let value = read(offset + 1, width) else { return nil }
+        return width == 8 ? Int64(bitPattern: value) : Int64(value)
+    }
+
+    /// The non-negative integer object at `offset`, including the 16-byte form of values
+    /// above `Int64.max`.
+    private func unsignedInteger(at offset: Int) -> UInt64? {
+        guard offset < bytes.count, bytes[offset] & 0xF0 == 0x10 else { return nil }
+        if bytes[offset] == 0x14 {
+            guard read(offset + 1, 8) == 0 else { return nil }
+            return read(offset + 9, 8)
+        }
+        guard let value = signedInteger(at: offset), value >= 0 else { return nil }
+        return UInt64(value)
+    }
+}

@@ -1,0 +1,106 @@
+import CrashHarness
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+/// Opening a journal reads only the fields its index needs; the rest of each record is
+/// verified when it is loaded.
+@Suite(.timeLimit(.minutes(2)))
+struct IndexFieldsTests {
+    static func fields(_ record: OperationRecord) -> RecordFormat.IndexFields {
+        .init(id: record.id, enqueueSequence: record.enqueueSequence, priority: record.priority)
+    }
+
+    @Test(arguments: ["v1-minimal.record", "v1-full.record", "v1-failed.record", "v2-dependent.record", "v2-failed-dependent.record", "v3-expiring.record", "v4-periodic.record"])
+    func theFieldsOfEveryGoldenRecordAreThoseOfItsFullDecode(name: String) throws {
+        let file = try Data(contentsOf: GoldenFileTests.fixtureURL(name))
+        let record = try RecordFormat.decode(file)
+        #expect(RecordFormat.indexFields(of: file) == Self.fields(record))
+    }
+
+    @Test func extremeValuesReadTheSameAsTheFullDecode() throws {
+        for (sequence, priority) in [(UInt64(0), Int.min), (UInt64(Int64.max), -8), (UInt64(Int64.max) + 1, 4), (UInt64.max, Int.max), (255, 0), (65_536, 1)] {
+            let record = try makeRecord(sequence: sequence, priority: priority)
+            let file = try RecordFormat.encode(record)
+            #expect(RecordFormat.indexFields(of: file) == Self.fields(record), "\(sequence) \(priority)")
+        }
+    }
+
+    @Test func damagedBytesNeverCrashAndNeverReadAsOtherFields() throws {
+        // Given record files damaged at random (bit flips, truncation, overwritten runs)
+        var random = SeededGenerator(seed: 4242)
+        let records = try (0..<20).map { try makeRecord(index: $0, sequence: UInt64($0) * 1_000_003, priority: $0 - 10) }
+        var read = 0, agreed = 0
+        for index in 0..<20_000 {
+            let record = records[index % records.count]
+            var bytes = [UInt8](try RecordFormat.encode(record))
+            switch index % 3 {
+            case 0:
+                for _ in 0..<Int.random(in: 1...4, using: &random) {
+                    bytes[Int.random(in: 0..<bytes.count, using: &random)] ^= UInt8(1) << UInt8.random(in: 0...7, using: &random)
+                }
+            case 1:
+                bytes.removeLast(Int.random(in: 1..<bytes.count, using: &random))
+            default:
+                let start = Int.random(in: 0..<bytes.count, using: &random)
+                for position in start..<min(bytes.count, start + Int.random(in: 1...16, using: &random)) {
+                    bytes[position] = UInt8.random(in: 0...255, using: &random)
+                }
+            }
+            // When only the index fields are read (a trap here ends the test run)
+            let file = Data(bytes)
+            guard let fields = RecordFormat.indexFields(of: file) else { continue }
+            read += 1
+            // Then whenever the body also reads as a record in full (its checksum aside: the
+            // caller has verified its frame's), they are its fields
+            let body = file.dropFirst(RecordFormat.headerSize)
+            if let value = try? BinaryPropertyListReader.value(from: Data(body)),
+               let full = try? OperationRecord(propertyListValue: value, headerVersion: Int(bytes[9])) {
+                #expect(fields == Self.fields(full), "case \(index)")
+                agreed += 1
+            }
+        }
+        print("index fields: \(read) of 20,000 damaged records read, \(agreed) also read in full and agreed")
+        #expect(read > 0 && agreed > 0)
+    }
+
+    @Test func aRecordWhoseOtherFieldsDoNotDecodeIsQuarantinedAtItsLoadAndNothingElseIsLost() throws {
+        // Given a journal with two good records and one whose index fields read but whose
+        // tags field has the wrong type (a frame whose checksums verify)
+        let directory = try TemporaryDirectory()
+        let good = try (1...2).map { try makeRecord(index: $0, sequence: UInt64($0)) }
+        let bad = try makeRecord(index: 3, sequence: 3)
+        do {
+            let store = try JournalStore(directory: directory.store)
+            for record in good { try store.add(record) }
+            guard case .dictionary(var entries) = bad.propertyListValue else { Issue.record("not a dictionary"); return }
+            entries["tags"] = .integer(7)
+            let body = BinaryPropertyListWriter.data(for: .dictionary(entries))
+            var file = Data(RecordFormat.magic)
+            file.append(contentsOf: [0, UInt8(bad.formatVersion), 0, 0])
+            withUnsafeBytes(of: UInt32(body.count).bigEndian) { file.append(contentsOf: $0) }
+            withUnsafeBytes(of: CRC32.checksum(of: body).bigEndian) { file.append(contentsOf: $0) }
+            file.append(body)
+            #expect(RecordFormat.indexFields(of: file) == Self.fields(bad))
+            #expect(throws: PersistenceError.self) { try RecordFormat.decode(file) }
+            try store.append(JournalFrame(kind: .put, body: file), flushes: true) { _ in } apply: { _, _, _, _ in }
+            store.close()
+        }
+
+        // When the store is opened and loaded
+        let store = try RecordStore(directory: directory.store)
+        let report = try store.loadPending()
+        // Then the good records load, the bad one is reported quarantined, with its reason
+        #expect(report.records.map(\.id) == good.map(\.id))
+        #expect(report.quarantined.count == 1)
+        #expect(report.quarantined.first?.reason.contains("tags") == true)
+        store.close()
+        // And it was moved to quarantine: the next load does not report it again
+        let reopened = try RecordStore(directory: directory.store)
+        defer { reopened.close() }
+        let again = try reopened.loadPending()
+        #expect(again.records.map(\.id) == good.map(\.id))
+        #expect(again.quarantined.isEmpty)
+        #expect(try directory.names(in: "quarantine").contains { $0.hasPrefix(bad.id) })
+    }
+}
