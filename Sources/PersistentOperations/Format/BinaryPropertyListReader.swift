@@ -93,7 +93,7 @@ private struct ObjectGraph {
         }
         for object in objects {
             if case .dictionary(let keys, _) = object {
-                var names = Set<String>()
+                var names = Set<String>(minimumCapacity: keys.count)
                 for key in keys {
                     guard case .scalar(.string(let name)) = objects[key] else { throw reject("dictionary key is not a string") }
                     guard names.insert(name).inserted else { throw reject("duplicate dictionary key") }
@@ -156,6 +156,7 @@ private struct ObjectGraph {
             return .array(elements.map { value(at: $0) })
         case .dictionary(let keys, let values):
             var dictionary: [String: PropertyListValue] = [:]
+            dictionary.reserveCapacity(keys.count)
             for (key, value) in zip(keys, values) {
                 if case .scalar(.string(let name)) = objects[key] {
                     dictionary[name] = self.value(at: value)
