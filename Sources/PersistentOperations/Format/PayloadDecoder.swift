@@ -171,8 +171,8 @@ private final class ValueDecoder: Decoder, SingleValueDecodingContainer {
     }
 }
 
-/// A coding key made from a string or an index.
-private struct PayloadCodingKey: CodingKey {
+/// A coding key made from a string or an index (of ``PayloadDecoder`` and ``PayloadEncoder``).
+struct PayloadCodingKey: CodingKey {
     let stringValue: String
     let intValue: Int?
 

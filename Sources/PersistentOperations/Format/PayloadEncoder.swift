@@ -136,22 +136,6 @@ private final class ValueEncoder: Encoder, SingleValueEncodingContainer {
     }
 }
 
-/// A coding key made from a string or an index.
-private struct EncodingKey: CodingKey {
-    let stringValue: String
-    let intValue: Int?
-
-    init(stringValue: String) {
-        self.stringValue = stringValue
-        intValue = nil
-    }
-
-    init(intValue: Int) {
-        stringValue = "Index \(intValue)"
-        self.intValue = intValue
-    }
-}
-
 private struct KeyedContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
     let storage: DictionaryStorage
     let codingPath: [any CodingKey]
@@ -191,7 +175,7 @@ private struct KeyedContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
     }
 
     mutating func superEncoder() -> any Encoder {
-        superEncoder(named: EncodingKey(stringValue: "super"))
+        superEncoder(named: PayloadCodingKey.superKey)
     }
 
     mutating func superEncoder(forKey key: Key) -> any Encoder {
@@ -212,7 +196,7 @@ private struct UnkeyedContainer: UnkeyedEncodingContainer {
     var count: Int { storage.elements.count }
 
     private func append(_ value: PropertyListValue) { storage.elements.append(.value(value)) }
-    private var nextPath: [any CodingKey] { codingPath + [EncodingKey(intValue: count)] }
+    private var nextPath: [any CodingKey] { codingPath + [PayloadCodingKey(intValue: count)] }
 
     mutating func encodeNil() { append(.string(PayloadDecoder.nullString)) }
     mutating func encode(_ value: Bool) { append(.bool(value)) }
