@@ -4,7 +4,7 @@ import Testing
 @testable import PersistentOperations
 
 /// The journal store under power cuts: a seeded workload of adds, batches, rewrites, removals,
-/// moves to the failed area, re-queues, purges and compactions runs on a
+/// moves to the failed area, re-queues, purges, attempt markers and compactions runs on a
 /// ``PowerLossFileSystem`` (small segments, so that it rolls and compacts often) with cuts
 /// armed before random calls; each cut is opened as a journal again and checked: it opens,
 /// every acknowledged change is there, a batch counts whole or not at all, and nothing else
@@ -88,9 +88,15 @@ struct JournalPowerLossTests {
                     try store.purgeFailed(id: id)
                     return [id: .absent]
                 }
-            } else if roll < 87 {
+            } else if roll < 86 {
                 try run("compact", touching: []) {
                     try store.compact()
+                    return [:]
+                }
+            } else if roll < 90, let id = live.randomElement(using: &random) {
+                // Crash evidence: an attempt frame, written and not flushed; it changes no record.
+                try run("attempt", touching: [], flushes: false) {
+                    try store.setAttemptMarker(AttemptMarker(attempts: Int.random(in: 1...3, using: &random)), forRecord: id)
                     return [:]
                 }
             } else {
