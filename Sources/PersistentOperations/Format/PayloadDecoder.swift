@@ -16,8 +16,10 @@ import Foundation
 /// Foundation reads is never refused.
 ///
 /// ```swift
+/// struct Upload: Codable { var url: String; var attempt: Int }
+/// let bytes = BinaryPropertyListWriter.data(for: try PayloadEncoder().encode(Upload(url: "https://example.com/a", attempt: 2)))
 /// let value = try BinaryPropertyListReader.value(from: bytes)
-/// let upload = try PayloadDecoder(value: value).decode(Upload.self)
+/// let upload = try PayloadDecoder(value: value).decode(Upload.self)   // url and attempt as written
 /// ```
 package struct PayloadDecoder {
     /// The string the property-list coders write for nil.

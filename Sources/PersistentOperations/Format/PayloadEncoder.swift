@@ -12,8 +12,10 @@ import Foundation
 /// dictionary; asking twice for a keyed (or unkeyed) container of one value gives the same one.
 ///
 /// ```swift
-/// let value = try PayloadEncoder().encode(upload)
-/// let bytes = BinaryPropertyListWriter.data(for: value)
+/// struct Upload: Codable { var url: String; var note: String? }
+/// let value = try PayloadEncoder().encode(Upload(url: "https://example.com/a", note: nil))
+/// // .dictionary(["url": .string("https://example.com/a"), "note": .string("$null")])
+/// let bytes = BinaryPropertyListWriter.data(for: value)   // PropertyListDecoder reads it too
 /// ```
 package struct PayloadEncoder {
     package init() {}

@@ -8,9 +8,9 @@ import Foundation
 /// same: random (version 4) UUIDs in their canonical uppercase form.
 ///
 /// ```swift
-/// let id = RecordIdentifier.make()                  // "6F1C9A4E-2B7D-4C1E-9F3A-0D5E8B7C6A21"
-/// RecordIdentifier.uuid(id) == UUID(uuidString: id) // true
-/// RecordIdentifier.uuid(id.lowercased())            // nil: not the canonical form
+/// let id = RecordIdentifier.make()                     // "6F1C9A4E-2B7D-4C1E-9F3A-0D5E8B7C6A21"
+/// let same = RecordIdentifier.uuid(id) == UUID(uuidString: id)   // true
+/// let refused = RecordIdentifier.uuid(id.lowercased())  // nil: not the canonical form
 /// ```
 package enum RecordIdentifier {
     /// A new random (version 4, RFC 9562) identifier in its canonical uppercase form.
