@@ -134,11 +134,10 @@ extension RecordStore {
                 let evaluated = (lines ?? []) + ["evaluated"]
                 try writeLaunchFile(evaluated, at: launchPath)
             }
-            let fileMarkers = fileAttemptMarkers()
-            for id in fileMarkers.keys {
+            for id in markers.keys {
                 try? configuration.fileSystem.unlink(attemptMarkerPath(id))
             }
-            journal?.clearAttemptMarkers(markers.keys.filter { fileMarkers[$0] == nil })
+            journal?.clearAttemptMarkers(markers.keys)
             try? configuration.fileSystem.unlink(lifecyclePath)
             try writeLaunchFile([witness ? "witness on" : "witness off"], at: launchPath)
         } catch {
