@@ -231,23 +231,13 @@ package final class JournalWriter: @unchecked Sendable {
         guard fillAhead > 0, end + Int64(count) > allocated else { return }
         let target = (end + Int64(count) + Int64(fillAhead) + 4095) / 4096 * 4096
         do {
-            var position = allocated
-            try Self.zeros.withUnsafeBytes { zeros in
-                while position < target {
-                    let length = Int(min(Int64(zeros.count), target - position))
-                    let written = try fileSystem.writeAt(descriptor, UnsafeRawBufferPointer(rebasing: zeros[0..<length]), position)
-                    guard written > 0 else { throw SystemCallError("pwrite", path: path, code: EIO) }
-                    position += Int64(written)
-                }
-            }
+            try writeWhole(Data(count: Int(target - allocated)), at: allocated)
             allocated = target
         } catch {
             // Whatever was filled reads as unused space; the frame goes at the end.
             if (try? fileSystem.truncate(descriptor, end)) != nil { allocated = end }
         }
     }
-
-    private static let zeros = Data(count: 64 << 10)
 
     private func writeWhole(_ frame: Data, at offset: Int64) throws {
         try frame.withUnsafeBytes { bytes in
