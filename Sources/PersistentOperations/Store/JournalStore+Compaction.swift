@@ -141,6 +141,7 @@ extension JournalStore {
         let salt = JournalSegment.newSalt()
         var moves: [(id: UUID, from: JournalIndex.Location, to: JournalIndex.Location)] = []
         moves.reserveCapacity(plan.records.count)
+        var markerBytes: Int64 = 0
         do {
             let descriptor = try fileSystem.open(temporaryPath, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
             defer { try? fileSystem.close(descriptor) }
@@ -172,7 +173,9 @@ extension JournalStore {
                 if buffer.count >= 1 << 20 { try drain() }
             }
             for (id, marker) in plan.markers {
-                try JournalFrame(kind: .attempt, body: Self.attemptBody(id, marker)).append(to: &buffer, salt: salt, maximumSize: configuration.maximumFrameSize)
+                let frame = JournalFrame(kind: .attempt, body: Self.attemptBody(id, marker))
+                try frame.append(to: &buffer, salt: salt, maximumSize: configuration.maximumFrameSize)
+                markerBytes += Int64(frame.size)
                 if buffer.count >= 1 << 20 { try drain() }
             }
             try drain()
@@ -197,8 +200,7 @@ extension JournalStore {
                 state.index.relocate(move.id, from: move.from, to: move.to)
             }
             state.segments[plan.target] = merged
-            state.sizes[plan.target] = Int64(JournalSegment.headerSize) + moves.reduce(0) { $0 + Int64($1.to.length) }
-                + plan.markers.reduce(0) { $0 + Int64(JournalFrame.headerSize + Self.attemptBody($1.id, $1.marker).count) }
+            state.sizes[plan.target] = Int64(JournalSegment.headerSize) + moves.reduce(0) { $0 + Int64($1.to.length) } + markerBytes
             // Markers set since are in later segments and stay there; the merged ones now
             // read from the new segment; the rest (of records gone) are forgotten.
             let members = Set(plan.sealed)
