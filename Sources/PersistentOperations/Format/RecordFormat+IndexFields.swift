@@ -35,9 +35,7 @@ extension RecordFormat {
 
     fileprivate static func read(_ bytes: UnsafeBufferPointer<UInt8>, _ offset: Int, _ width: Int) -> UInt64? {
         guard offset >= 0, width >= 1, width <= 8, offset <= bytes.count - width else { return nil }
-        var value: UInt64 = 0
-        for index in offset..<(offset + width) { value = value << 8 | UInt64(bytes[index]) }
-        return value
+        return bytes.bigEndianValue(at: offset, width: width)
     }
 }
 
