@@ -35,9 +35,9 @@ final class EventHub: Sendable {
         return stream
     }
 
-    /// Adds an observer of the queue's own, called with every event before the handler.
-    /// Adds `monitor` on the delivery queue: it sees every event emitted after this call and
-    /// none emitted before (those still waiting for delivery included).
+    /// Adds an observer of the queue's own, called with every event before the handler, on
+    /// the delivery queue: it sees every event emitted after this call and none emitted before
+    /// (those still waiting for delivery included).
     func addMonitor(_ key: ObjectIdentifier, _ monitor: @escaping @Sendable (PersistentOperationEvent) -> Void) {
         // Counted at once, so that the events emitted until the registration runs are queued
         // for it rather than dropped for want of subscribers.
