@@ -219,6 +219,29 @@ struct BoundedRunTests {
         #expect(fixture.queue.isSuspended)
     }
 
+    @Test func theReportReachesTheAwaitingTaskWhileEveryThreadOfTheGlobalQueueIsHeld() async throws {
+        // Given a queue with nothing to run, and every thread of the global queue held by
+        // blocking work elsewhere in the process
+        let fixture = try fixture()
+        let queue = fixture.queue
+        let (report, queueWasHeld) = await whileTheGlobalQueueIsHeld { () -> BoundedRunReport? in
+            // When a run drains at once and a task awaits its report
+            let run = queue.startBoundedRun(until: .distantFuture)
+            let arrived = Locked<BoundedRunReport?>(nil)
+            let reported = DispatchSemaphore(value: 0)
+            Task(priority: .high) {
+                let report = await run.report
+                arrived.withLock { $0 = report }
+                reported.signal()
+            }
+            _ = reported.wait(timeout: .now() + 5)
+            return arrived.withLock { $0 }
+        }
+        // Then the report reached the task all the same: it needs no thread of that queue
+        #expect(queueWasHeld)
+        #expect(report?.ending == .drained)
+    }
+
     @Test func aRunOverAnEmptyQueueDrainsAtOnce() async throws {
         let fixture = try fixture()
         let report = await fixture.queue.run(until: .distantFuture)
