@@ -69,6 +69,26 @@ struct JournalWriterTests {
     }
 
     @Test
+    func aWrittenAppendIsFlushedWithinTheFlushDelayWhileEveryThreadOfTheGlobalQueueIsHeld() async throws {
+        // Given a writer that flushes written frames within 10 ms, and every thread of the
+        // global queue held by blocking work elsewhere in the process
+        let segment = try RecordedSegment()
+        let writer = segment.writer(flushDelay: 0.01)
+        let (flushed, queueWasHeld) = await whileTheGlobalQueueIsHeld { () -> Bool in
+            // When a frame is appended without waiting for a flush
+            guard (try? writer.append(Self.frame(1), durability: .written)) != nil else { return false }
+            // Then the flush follows by itself all the same: it needs no thread of that queue
+            let deadline = Date().addingTimeInterval(5)
+            while !segment.calls.withLock({ $0.contains("fdatasync") }), Date() < deadline { usleep(1_000) }
+            return segment.calls.withLock { $0 }.contains("fdatasync")
+        }
+        #expect(queueWasHeld)
+        #expect(flushed)
+        #expect(writer.flushCount == 1)
+        writer.close()
+    }
+
+    @Test
     func writtenAppendsRideAlongWithTheNextDurableOne() throws {
         // Given a writer whose own flush of written frames would come only after a minute
         let segment = try RecordedSegment()
