@@ -119,7 +119,7 @@ struct JournalCompactionTests {
     }
 
     @Test
-    func compactionLosesNothingUnderConcurrentChanges() throws {
+    func compactionLosesNothingUnderConcurrentChanges() async throws {
         // Given a journal with small segments that compacts by itself
         let directory = try TemporaryDirectory()
         let configuration = JournalStore.Configuration(
@@ -136,7 +136,7 @@ struct JournalCompactionTests {
             while !done.withLock({ $0 }) { try? store.compact() }
         }
         compactor.start()
-        runOnThreads(4) { thread in
+        await runOnThreads(4) { thread in
             for index in 0..<perThread {
                 let record = try! makeRecord(index: thread * 10_000 + index)
                 try! store.add(record)
