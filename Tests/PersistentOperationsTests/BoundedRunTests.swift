@@ -71,8 +71,8 @@ final class ManualRetryUpload: RetryingOperation, PersistentOperation, @unchecke
 
 @Suite("Persistent queue: bounded runs", .timeLimit(.minutes(1)))
 struct BoundedRunTests {
-    private func fixture(maxConcurrent: Int = 2) throws -> QueueFixture {
-        let fixture = try QueueFixture(maxConcurrent: maxConcurrent, suspended: true)
+    private func fixture(maxConcurrent: Int = 2, underlyingQueue: DispatchQueue? = nil) throws -> QueueFixture {
+        let fixture = try QueueFixture(maxConcurrent: maxConcurrent, suspended: true, underlyingQueue: underlyingQueue)
         fixture.queue.register(StuckUpload.self)
         fixture.queue.register(BlockingSyncUpload.self)
         return fixture
@@ -165,7 +165,10 @@ struct BoundedRunTests {
     }
 
     @Test func aSynchronousAttemptThatDoesNotReturnIsReportedStillRunningAfterTheGracePeriod() async throws {
-        let fixture = try fixture(maxConcurrent: 1)
+        // The attempt holds its thread until the end of the test: a thread of the queue's own
+        // (a serial underlying queue, for one operation at a time), not one of the few threads
+        // of the global queue, which on Linux also run the tests
+        let fixture = try fixture(maxConcurrent: 1, underlyingQueue: DispatchQueue(label: "BoundedRunTests.blocking-attempt"))
         let blocking = BlockingSyncUpload(payload: UploadPayload(name: "sync", journal: fixture.journal))
         try fixture.queue.addOperation(blocking)
         let run = fixture.queue.startBoundedRun(until: .distantFuture, stopGracePeriod: 0.2)

@@ -185,11 +185,16 @@ struct AttemptTimeoutTests {
         operation.retryPolicy = RetryPolicy(retryLimit: .maximum(2), backoff: .constant(1), jitter: .none, attemptTimeout: 2)
         let queue = OperationQueue()
         queue.addOperation(operation)
-        #expect(await onDedicatedThread { operation.firstAttemptBlocked.wait(timeout: .now() + 10) == .success })
 
-        // When its timeout passes: the hook runs on this (the timer's) thread, the attempt
-        // returns and reports success
-        clock.advance(by: 2)
+        // When its timeout passes: the hook runs on the timer's thread (the one that advances
+        // the clock, as soon as the attempt blocks a thread of the queue's), the attempt returns
+        // and reports success
+        let blocked = await onDedicatedThread { () -> Bool in
+            let blocked = operation.firstAttemptBlocked.wait(timeout: .now() + 10) == .success
+            clock.advance(by: 2)
+            return blocked
+        }
+        #expect(blocked)
 
         // Then the success does not count: the attempt ended as timed out, and the retry runs
         await clock.waitForScheduledRetries(count: 1)
