@@ -71,6 +71,8 @@ public final class BoundedRun: @unchecked Sendable {
         var report: BoundedRunReport?
         var tally = BoundedRunReport()
         var deadlineTimer: (any ScheduledRetry)?
+        /// The tasks awaiting ``BoundedRun/report``, resumed by the thread that makes it.
+        var reportWaiters: [CheckedContinuation<BoundedRunReport, Never>] = []
     }
 
     /// When the run ends at the latest, on the queue's clock.
@@ -140,10 +142,16 @@ public final class BoundedRun: @unchecked Sendable {
     /// ```
     public var report: BoundedRunReport {
         get async {
+            // Resumed by the thread that makes the report, with no hop through a global
+            // queue: on Linux, its few threads are also those of Swift concurrency's pool, which
+            // blocking work elsewhere in the process may be holding.
             await withCheckedContinuation { (continuation: CheckedContinuation<BoundedRunReport, Never>) in
-                finished.notify(queue: .global()) { [self] in
-                    continuation.resume(returning: core.withLock { $0.report! })
+                let ready = core.withLock { core -> BoundedRunReport? in
+                    if let report = core.report { return report }
+                    core.reportWaiters.append(continuation)
+                    return nil
                 }
+                if let ready { continuation.resume(returning: ready) }
             }
         }
     }
@@ -176,8 +184,13 @@ public final class BoundedRun: @unchecked Sendable {
                 report = core.withLock { $0.tally }
                 report.ending = ending
             }
-            core.withLock { $0.report = report }
+            let waiters = core.withLock { core in
+                core.report = report
+                defer { core.reportWaiters = [] }
+                return core.reportWaiters
+            }
             finished.leave()
+            for waiter in waiters { waiter.resume(returning: report) }
         }
     }
 

@@ -71,8 +71,8 @@ final class ManualRetryUpload: RetryingOperation, PersistentOperation, @unchecke
 
 @Suite("Persistent queue: bounded runs", .timeLimit(.minutes(1)))
 struct BoundedRunTests {
-    private func fixture(maxConcurrent: Int = 2) throws -> QueueFixture {
-        let fixture = try QueueFixture(maxConcurrent: maxConcurrent, suspended: true)
+    private func fixture(maxConcurrent: Int = 2, underlyingQueue: DispatchQueue? = nil) throws -> QueueFixture {
+        let fixture = try QueueFixture(maxConcurrent: maxConcurrent, suspended: true, underlyingQueue: underlyingQueue)
         fixture.queue.register(StuckUpload.self)
         fixture.queue.register(BlockingSyncUpload.self)
         return fixture
@@ -165,7 +165,10 @@ struct BoundedRunTests {
     }
 
     @Test func aSynchronousAttemptThatDoesNotReturnIsReportedStillRunningAfterTheGracePeriod() async throws {
-        let fixture = try fixture(maxConcurrent: 1)
+        // The attempt holds its thread until the end of the test: a thread of the queue's own
+        // (a serial underlying queue, for one operation at a time), not one of the few threads
+        // of the global queue, which on Linux also run the tests
+        let fixture = try fixture(maxConcurrent: 1, underlyingQueue: DispatchQueue(label: "BoundedRunTests.blocking-attempt"))
         let blocking = BlockingSyncUpload(payload: UploadPayload(name: "sync", journal: fixture.journal))
         try fixture.queue.addOperation(blocking)
         let run = fixture.queue.startBoundedRun(until: .distantFuture, stopGracePeriod: 0.2)
@@ -217,6 +220,29 @@ struct BoundedRunTests {
         #expect(report.nextDueDate == start.addingTimeInterval(86_400))
         #expect(report.endedAt == start.addingTimeInterval(5))
         #expect(fixture.queue.isSuspended)
+    }
+
+    @Test func theReportReachesTheAwaitingTaskWhileEveryThreadOfTheGlobalQueueIsHeld() async throws {
+        // Given a queue with nothing to run, and every thread of the global queue held by
+        // blocking work elsewhere in the process
+        let fixture = try fixture()
+        let queue = fixture.queue
+        let (report, queueWasHeld) = await whileTheGlobalQueueIsHeld { () -> BoundedRunReport? in
+            // When a run drains at once and a task awaits its report
+            let run = queue.startBoundedRun(until: .distantFuture)
+            let arrived = Locked<BoundedRunReport?>(nil)
+            let reported = DispatchSemaphore(value: 0)
+            Task(priority: .high) {
+                let report = await run.report
+                arrived.withLock { $0 = report }
+                reported.signal()
+            }
+            _ = reported.wait(timeout: .now() + 5)
+            return arrived.withLock { $0 }
+        }
+        // Then the report reached the task all the same: it needs no thread of that queue
+        #expect(queueWasHeld)
+        #expect(report?.ending == .drained)
     }
 
     @Test func aRunOverAnEmptyQueueDrainsAtOnce() async throws {

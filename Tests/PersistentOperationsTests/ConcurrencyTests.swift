@@ -5,7 +5,9 @@ import Testing
 /// Runs `body` on `count` dedicated threads at once and returns when all have finished.
 ///
 /// Unlike `DispatchQueue.concurrentPerform`, which uses one thread per core, this gives true
-/// contention on a machine with few cores.
+/// contention on a machine with few cores. From async code, use the `async` variant: this one
+/// blocks its thread until the work is done.
+@available(*, noasync, message: "blocks its thread until the work is done: use the async variant")
 func runOnThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
     let group = DispatchGroup()
     for index in 0..<count {
@@ -18,9 +20,15 @@ func runOnThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
     group.wait()
 }
 
+/// Runs `body` on `count` dedicated threads at once and suspends until all have finished;
+/// the wait, too, holds a thread of its own rather than one of the few the tests share.
+func runOnThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) async {
+    await onDedicatedThread { runOnThreads(count, body) }
+}
+
 @Suite("Concurrency")
 struct ConcurrencyTests {
-    @Test func concurrentWritersShareDirectorySyncsAndEachWriteIsDurableWhenItReturns() throws {
+    @Test func concurrentWritersShareDirectorySyncsAndEachWriteIsDurableWhenItReturns() async throws {
         // Given a store whose directory sync takes a millisecond, as on a slow disk
         let directory = try TemporaryDirectory()
         let injector = FaultInjector()
@@ -32,7 +40,7 @@ struct ConcurrencyTests {
         let writesPerThread = 25
         let problems = Locked<[String]>([])
         // When 8 threads add records at the same time
-        runOnThreads(threads) { thread in
+        await runOnThreads(threads) { thread in
             for index in 0..<writesPerThread {
                 do {
                     let record = try makeRecord(index: thread * 1_000 + index)
@@ -60,7 +68,7 @@ struct ConcurrencyTests {
         #expect(syncs < writes, "\(syncs) directory syncs for \(writes) writes")
     }
 
-    @Test func manyThreadsAddingUpdatingRemovingAndFailingEndWithExactCounts() throws {
+    @Test func manyThreadsAddingUpdatingRemovingAndFailingEndWithExactCounts() async throws {
         // Given one store shared by 8 threads
         let directory = try TemporaryDirectory()
         let store = try RecordStore(directory: directory.store, configuration: .files)
@@ -70,7 +78,7 @@ struct ConcurrencyTests {
         let expectedPending = Locked<[String: OperationRecord]>([:])
         let expectedFailed = Locked<Set<String>>([])
         // When each thread adds its records, updates each twice, removes a third and fails a sixth
-        runOnThreads(threads) { thread in
+        await runOnThreads(threads) { thread in
             do {
                 for index in 0..<recordsPerThread {
                     var record = try makeRecord(index: index, sequence: store.nextEnqueueSequence())

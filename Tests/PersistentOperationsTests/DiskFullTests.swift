@@ -13,7 +13,7 @@ struct DiskFullTests {
     @Test func addsFailCleanlyWhenTheDiskIsFullAndEverythingAcknowledgedRunsAfterward() async throws {
         // Given a store on a 256 KiB file system
         let mountPoint = try TemporaryDirectory()
-        try SmallFileSystem.mount(at: mountPoint.url.path, size: "256k")
+        try await onDedicatedThread { try SmallFileSystem.mount(at: mountPoint.url.path, size: "256k") }
         defer { SmallFileSystem.unmount(mountPoint.url.path) }
         let journal = UUID().uuidString
         let clock = ManualRetryScheduler()

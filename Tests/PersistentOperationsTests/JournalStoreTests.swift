@@ -262,7 +262,7 @@ struct JournalStoreTests {
     }
 
     @Test
-    func removalsRideAlongWithTheNextFlush() throws {
+    func removalsRideAlongWithTheNextFlush() async throws {
         // Given a store whose flushes are counted (and whose timer would flush a lone removal
         // after 10 s only, so that only the flushes the changes ask for are counted)
         let directory = try TemporaryDirectory()
@@ -286,7 +286,7 @@ struct JournalStoreTests {
 
         // And when 8 threads each add and remove 100, far fewer flushes run than lifecycles
         flushes.withLock { $0 = 0 }
-        runOnThreads(8) { thread in
+        await runOnThreads(8) { thread in
             for index in 0..<100 {
                 let record = try! makeRecord(index: thread * 1_000 + index)
                 try! store.add(record)

@@ -33,13 +33,13 @@ struct JournalWriterTests {
     }
 
     @Test
-    func concurrentDurableAppendsShareFlushes() throws {
+    func concurrentDurableAppendsShareFlushes() async throws {
         // Given a writer whose flushes take 2 ms
         let segment = try RecordedSegment(flushLatency: 2_000)
         let writer = segment.writer()
 
         // When 8 threads append 50 frames each, durably
-        onThreads(8) { thread in
+        await onThreads(8) { thread in
             for index in 0..<50 {
                 try! writer.append(Self.frame(thread * 1_000 + index), durability: .flushed)
             }
@@ -64,6 +64,26 @@ struct JournalWriterTests {
         // Then it returned before any flush, and one follows by itself
         #expect(!segment.calls.withLock { $0 }.contains("fdatasync"))
         #expect(try await eventually { segment.calls.withLock { $0 }.contains("fdatasync") })
+        #expect(writer.flushCount == 1)
+        writer.close()
+    }
+
+    @Test
+    func aWrittenAppendIsFlushedWithinTheFlushDelayWhileEveryThreadOfTheGlobalQueueIsHeld() async throws {
+        // Given a writer that flushes written frames within 10 ms, and every thread of the
+        // global queue held by blocking work elsewhere in the process
+        let segment = try RecordedSegment()
+        let writer = segment.writer(flushDelay: 0.01)
+        let (flushed, queueWasHeld) = await whileTheGlobalQueueIsHeld { () -> Bool in
+            // When a frame is appended without waiting for a flush
+            guard (try? writer.append(Self.frame(1), durability: .written)) != nil else { return false }
+            // Then the flush follows by itself all the same: it needs no thread of that queue
+            let deadline = Date().addingTimeInterval(5)
+            while !segment.calls.withLock({ $0.contains("fdatasync") }), Date() < deadline { usleep(1_000) }
+            return segment.calls.withLock { $0 }.contains("fdatasync")
+        }
+        #expect(queueWasHeld)
+        #expect(flushed)
         #expect(writer.flushCount == 1)
         writer.close()
     }
@@ -128,7 +148,7 @@ struct JournalWriterTests {
     }
 
     @Test
-    func aWriterThatDoesNotFlushNeverFlushes() throws {
+    func aWriterThatDoesNotFlushNeverFlushes() async throws {
         // Given a writer made not to flush (survives crashes and kills, not power cuts)
         let segment = try RecordedSegment()
         let writer = segment.writer(flushes: false, flushDelay: 0.001)
@@ -137,7 +157,7 @@ struct JournalWriterTests {
         try writer.append(Self.frame(1), durability: .flushed)
         try writer.append(Self.frame(2), durability: .written)
         try writer.flush()
-        Thread.sleep(forTimeInterval: 0.05)   // past the flush delay: no flush may come
+        try await Task.sleep(for: .milliseconds(50))   // past the flush delay: no flush may come
         writer.close()
 
         // Then every frame is written and nothing was flushed
@@ -156,14 +176,14 @@ struct JournalWriterTests {
     }
 
     @Test
-    func mixedAppendsAndFlushesFromManyThreadsKeepEveryFrame() throws {
+    func mixedAppendsAndFlushesFromManyThreadsKeepEveryFrame() async throws {
         // Given a writer with a short flush delay
         let segment = try RecordedSegment(flushLatency: 200)
         let writer = segment.writer(flushDelay: 0.001)
         let threads = isRunningUnderThreadSanitizer ? 4 : 8
 
         // When threads append durable and written frames and ask for flushes at once
-        onThreads(threads) { thread in
+        await onThreads(threads) { thread in
             for index in 0..<100 {
                 let durability: JournalWriter.Durability = index.isMultiple(of: 3) ? .flushed : .written
                 try! writer.append(Self.frame(thread * 1_000 + index), durability: durability)
@@ -207,17 +227,20 @@ struct JournalWriterTests {
 
 /// Runs `body(0)` … `body(count - 1)` on `count` threads of their own, all at once (not
 /// `concurrentPerform`, which runs only as many at once as there are cores), and returns when
-/// all have returned.
-private func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
-    let group = DispatchGroup()
-    for index in 0..<count {
-        group.enter()
-        Thread.detachNewThread {
-            body(index)
-            group.leave()
+/// all have returned. The wait, too, holds a thread of its own: not one of the few the tests
+/// share.
+private func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) async {
+    await onDedicatedThread {
+        let group = DispatchGroup()
+        for index in 0..<count {
+            group.enter()
+            Thread.detachNewThread {
+                body(index)
+                group.leave()
+            }
         }
+        group.wait()
     }
-    group.wait()
 }
 
 /// A segment file in a temporary directory, and a file system that records the writer's

@@ -31,7 +31,7 @@ struct PeriodicAcrossRestartTests {
             (try? RecordStore(directory: directory.store, access: .readOnly).loadPending().records.first?.completedPeriods) == 1
         })
         kill(first.processIdentifier, SIGKILL)
-        first.waitUntilExit()
+        await onDedicatedThread { first.waitUntilExit() }
 
         // When it is launched five more times (each restores, re-adds under the key, and is killed)
         for _ in 0..<5 {
@@ -41,7 +41,7 @@ struct PeriodicAcrossRestartTests {
             #expect(try await eventually(seconds: 30) { lines(outputPath).contains("ready") })
             try await Task.sleep(for: .milliseconds(200))
             kill(app.processIdentifier, SIGKILL)
-            app.waitUntilExit()
+            await onDedicatedThread { app.waitUntilExit() }
         }
 
         // Then the period ran once in all (the SwiftQueue bug: once per launch), and the

@@ -249,7 +249,7 @@ struct ExpirationAcrossRestartTests {
         let added = Date()
         #expect(try String(contentsOfFile: outputPath, encoding: .utf8).contains("added 20"))
         kill(app.processIdentifier, SIGKILL)
-        app.waitUntilExit()
+        await onDedicatedThread { app.waitUntilExit() }
         #expect(try ReadOnlyPersistentStore(directory: directory.store).pendingRecords().records.filter { $0.expirationDate != nil }.count == 10)
 
         // When the next launch restores after the date passed

@@ -247,6 +247,36 @@ func finishes(within seconds: Double, _ wait: @escaping @Sendable () async -> Vo
     }
 }
 
+/// Runs `body` on a thread of its own while every thread of the default global concurrent
+/// queue is held, and returns its result, with whether the queue stayed held all along (a block
+/// queued behind the holders did not run meanwhile).
+///
+/// On Linux those threads are also the cooperative pool's threads that run default-priority
+/// tasks, the tests' own, and they wake sleeping tasks of any priority: held by blocking work
+/// elsewhere in the process, they run nothing else. So `body` waits the blocking way, with
+/// bounded waits (a library path that needs one of the held threads stalls until the holders
+/// let go, when `body` returns); a task it starts runs at a high priority, on other threads,
+/// and must not sleep. Keep it short: the whole suite waits meanwhile.
+func whileTheGlobalQueueIsHeld<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> (result: T, queueWasHeld: Bool) {
+    await withCheckedContinuation { continuation in
+        Thread.detachNewThread {
+            // More holders than the pool has threads: it grows by about one thread a second
+            // while they block, and every new thread takes the next holder first.
+            let holders = 64
+            let release = DispatchSemaphore(value: 0)
+            for _ in 0..<holders {
+                DispatchQueue.global().async { _ = release.wait(timeout: .now() + 60) }
+            }
+            let probeRan = Locked(false)
+            DispatchQueue.global().async { probeRan.withLock { $0 = true } }
+            let result = body()
+            let queueWasHeld = !probeRan.withLock { $0 }
+            for _ in 0..<holders { release.signal() }
+            continuation.resume(returning: (result, queueWasHeld))
+        }
+    }
+}
+
 extension FileSystem {
     /// The system's file system counting its flushes in `flushes`: every `fdatasync`, and with
     /// `fileSyncs` every `fsync`, with `directorySyncs` every directory sync too.

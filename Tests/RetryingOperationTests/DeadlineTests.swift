@@ -156,7 +156,7 @@ struct AttemptTimeoutTests {
         let log = LogCapture()
         operation.logHandler = log.handler
         operation.start()
-        #expect(operation.attemptStarted.wait(timeout: .now() + 10) == .success)
+        #expect(await onDedicatedThread { operation.attemptStarted.wait(timeout: .now() + 10) == .success })
         // When the attempt times out and ends late, during the wait
         clock.advance(by: 4)
         operation.baseOperationEnded(withRetriableError: TestError("late"))
@@ -166,10 +166,10 @@ struct AttemptTimeoutTests {
 
         // When the next attempt times out too, and a plain end comes during the third attempt
         clock.advance(by: 1)
-        #expect(operation.attemptStarted.wait(timeout: .now() + 10) == .success)
+        #expect(await onDedicatedThread { operation.attemptStarted.wait(timeout: .now() + 10) == .success })
         clock.advance(by: 4)
         clock.advance(by: 1)
-        #expect(operation.attemptStarted.wait(timeout: .now() + 10) == .success)
+        #expect(await onDedicatedThread { operation.attemptStarted.wait(timeout: .now() + 10) == .success })
         operation.baseOperationEnded()
         // Then a plain call cannot say which attempt it comes from: it ends the running one,
         // and the log says how to avoid that
@@ -185,11 +185,16 @@ struct AttemptTimeoutTests {
         operation.retryPolicy = RetryPolicy(retryLimit: .maximum(2), backoff: .constant(1), jitter: .none, attemptTimeout: 2)
         let queue = OperationQueue()
         queue.addOperation(operation)
-        #expect(operation.firstAttemptBlocked.wait(timeout: .now() + 10) == .success)
 
-        // When its timeout passes: the hook runs on this (the timer's) thread, the attempt
-        // returns and reports success
-        clock.advance(by: 2)
+        // When its timeout passes: the hook runs on the timer's thread (the one that advances
+        // the clock, as soon as the attempt blocks a thread of the queue's), the attempt returns
+        // and reports success
+        let blocked = await onDedicatedThread { () -> Bool in
+            let blocked = operation.firstAttemptBlocked.wait(timeout: .now() + 10) == .success
+            clock.advance(by: 2)
+            return blocked
+        }
+        #expect(blocked)
 
         // Then the success does not count: the attempt ended as timed out, and the retry runs
         await clock.waitForScheduledRetries(count: 1)

@@ -177,7 +177,7 @@ struct LifecycleTests {
         queue.addOperation(operation)
         // Then it finished once, successfully, and the second call was logged as an error
         #expect(await operation.finalOutcome.isSuccess)
-        #expect(log.waitForMessage(containing: "baseOperationEnded was called while no attempt was running", seconds: 10))
+        #expect(await onDedicatedThread { log.waitForMessage(containing: "baseOperationEnded was called while no attempt was running", seconds: 10) })
     }
 
     @Test func synchronousAttemptThatForgetsToEndFailsTheOperation() async {
@@ -223,7 +223,7 @@ struct LifecycleTests {
         // When it is then cancelled and asked to retry
         operation.cancel()
         operation.retryNow()
-        #expect(log.waitForMessage(containing: "not waiting for one", seconds: 10))
+        #expect(await onDedicatedThread { log.waitForMessage(containing: "not waiting for one", seconds: 10) })
 
         // Then it finished once, its outcome stayed a success, and the queue is empty
         #expect(log.texts(at: .debug).filter { $0.hasPrefix("finished") } == ["finished: succeeded"])

@@ -23,10 +23,13 @@ struct OperationSemanticsTests {
         dependent.addDependency(BlockOperation {})
         queue.addOperation(dependent)
 
-        // When the dependent is cancelled
-        staller.stalls(true)
-        dependent.cancel()
-        staller.stalls(false)
+        // When the dependent is cancelled (on a thread of its own, which the readiness check
+        // stalls: not one of the few the tests share)
+        await onDedicatedThread {
+            staller.stalls(true)
+            dependent.cancel()
+            staller.stalls(false)
+        }
         staller.release()
         await drain(queue)
 
@@ -46,9 +49,11 @@ struct OperationSemanticsTests {
         dependent.addDependency(BlockOperation {})
         queue.addOperation(dependent)
 
-        staller.stalls(true)
-        dependent.cancel()
-        staller.stalls(false)
+        await onDedicatedThread {
+            staller.stalls(true)
+            dependent.cancel()
+            staller.stalls(false)
+        }
         staller.release()
         await drain(queue)
 
@@ -103,10 +108,10 @@ struct OperationSemanticsTests {
             operation.start()
             returned.signal()
         }
-        #expect(operation.attemptStarted.wait(seconds: 10))
+        #expect(await onDedicatedThread { operation.attemptStarted.wait(seconds: 10) })
         // When it is cancelled, its start() returns, the operation finished cancelled
         operation.cancel()
-        #expect(returned.wait(seconds: 10))
+        #expect(await onDedicatedThread { returned.wait(seconds: 10) })
         #expect(operation.outcome.map(isCancelled) == true)
     }
 
@@ -144,6 +149,8 @@ struct OperationSemanticsTests {
         queue.underlyingQueue = underlying
         let operation = ThreadRecordingOperation(asynchronous: false, steps: [.retryIn(0.2), .succeed])
         queue.addOperation(operation)
+        // (A short wait where it stands: the attempt runs on that queue's own thread, not one of
+        // the shared pool, and the work below must be queued within the 0.2 s.)
         #expect(operation.attemptStarted.wait(seconds: 10))
         // When other work is put on that queue during the wait, it runs before the retry
         let ranDuringWait = await withCheckedContinuation { continuation in

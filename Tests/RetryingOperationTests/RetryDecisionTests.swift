@@ -179,11 +179,11 @@ struct ManualRetryTests {
         let operation = ScriptedOperation(asynchronous: asynchronous, steps: [.succeed])
         operation.logHandler = log.handler
         operation.retryNow()                // before start
-        #expect(log.waitForMessage(containing: "not waiting for one (not started)", seconds: 10))
+        #expect(await onDedicatedThread { log.waitForMessage(containing: "not waiting for one (not started)", seconds: 10) })
         startOnItsOwnThread(operation)
         #expect(await operation.finalOutcome.isSuccess)
         operation.retry(in: 1)              // after finish
-        #expect(log.waitForMessage(containing: "not waiting for one (finished, succeeded)", seconds: 10))
+        #expect(await onDedicatedThread { log.waitForMessage(containing: "not waiting for one (finished, succeeded)", seconds: 10) })
         #expect(operation.startCount == 1)
     }
 }

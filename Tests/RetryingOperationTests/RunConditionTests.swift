@@ -54,7 +54,7 @@ struct RunConditionTests {
         let operation = ConditionalOperation(condition: online, synchronous: true)
         let queue = OperationQueue()
         queue.addOperation(operation)
-        #expect(operation.started.wait(timeout: .now() + 10) == .success)
+        #expect(await onDedicatedThread { operation.started.wait(timeout: .now() + 10) == .success })
         while !operation.isWaitingToRetry { try? await Task.sleep(for: .milliseconds(1)) }
         online.isSatisfied = true
         #expect(await operation.finalOutcome.isSuccess)

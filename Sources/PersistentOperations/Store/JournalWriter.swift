@@ -96,6 +96,11 @@ package final class JournalWriter: @unchecked Sendable {
     private var flushesDone = 0
     private var failure: PersistenceError?
     private var isClosed = false
+    /// Runs the scheduled flushes of ``Durability/written`` frames: a serial queue of the
+    /// writer's own, so that the thread waiting there for the writer's lock and the flush is
+    /// never one of the few threads of the global concurrent queues (on Linux, those are also
+    /// the threads of Swift concurrency's cooperative pool).
+    private let flushQueue = DispatchQueue(label: "PersistentOperations.JournalWriter.flush")
 
     /// Creates the writer of the segment open at `descriptor` (for writing), whose valid
     /// frames end at `end`, followed by zeros up to `allocated` (the file's size, when more);
@@ -283,7 +288,7 @@ package final class JournalWriter: @unchecked Sendable {
     private func scheduleFlush() {
         guard !isFlushScheduled else { return }
         isFlushScheduled = true
-        DispatchQueue.global().asyncAfter(deadline: .now() + flushDelay) { [weak self] in
+        flushQueue.asyncAfter(deadline: .now() + flushDelay) { [weak self] in
             self?.runScheduledFlush()
         }
     }

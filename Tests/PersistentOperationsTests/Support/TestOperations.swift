@@ -42,7 +42,10 @@ struct UploadFailed: Error, CustomStringConvertible {
 }
 
 /// An asynchronous retrying operation that follows its payload's script and journals each
-/// attempt as "NAME#ATTEMPT retry=BOOL retries=N".
+/// attempt as "NAME#ATTEMPT retry=BOOL retries=N". Each attempt ends on a thread of its own: the
+/// queue saves the outcome on the thread that reports it (writes, flushes, and the holds some
+/// tests put in them), which must not be one of the few threads of the global queue (on
+/// Linux, those of Swift concurrency's pool too, which run the tests).
 final class ScriptedUpload: RetryingOperation, PersistentOperation, @unchecked Sendable {
     static let persistenceIdentifier = "test.scripted-upload"
     let payload: UploadPayload
@@ -61,7 +64,7 @@ final class ScriptedUpload: RetryingOperation, PersistentOperation, @unchecked S
         let attempt = numberOfAttempts
         Journal.record(payload.journal, "\(payload.name)#\(attempt) retry=\(isRetry) retries=\(numberOfRetries ?? -1)")
         let step = payload.steps[min(attempt - 1, payload.steps.count - 1)]
-        DispatchQueue.global().async { [self] in
+        Thread.detachNewThread { [self] in
             switch step {
             case .succeed: baseOperationEnded()
             case .retry: baseOperationEnded(needsRetryIn: payload.retryDelay, countsTowardRetryLimit: true)
@@ -109,22 +112,26 @@ struct QueueFixture {
     let events = Locked<[PersistentOperationEvent]>([])
     let queue: PersistentOperationQueue
 
+    /// `underlyingQueue`: the dispatch queue the operation queue runs its operations on; by
+    /// default the global queue.
     init(maxConcurrent: Int = 1, suspended: Bool = false, directory: TemporaryDirectory? = nil,
          crashLoopLimit: Int = 3, fileSystem: FileSystem = .system, journal: String = UUID().uuidString,
-         witness: Bool = true) throws {
+         witness: Bool = true, underlyingQueue: DispatchQueue? = nil) throws {
         self.journal = journal
         self.directory = try directory ?? TemporaryDirectory()
         queue = try Self.open(self.directory, clock: clock, maxConcurrent: maxConcurrent, suspended: suspended,
-                              crashLoopLimit: crashLoopLimit, fileSystem: fileSystem, events: events, witness: witness)
+                              crashLoopLimit: crashLoopLimit, fileSystem: fileSystem, events: events, witness: witness,
+                              underlyingQueue: underlyingQueue)
     }
 
     static func open(
         _ directory: TemporaryDirectory, clock: ManualRetryScheduler, maxConcurrent: Int = 1, suspended: Bool = false,
         crashLoopLimit: Int = 3, fileSystem: FileSystem = .system, events: Locked<[PersistentOperationEvent]>,
-        witness: Bool = true
+        witness: Bool = true, underlyingQueue: DispatchQueue? = nil
     ) throws -> PersistentOperationQueue {
         let operationQueue = OperationQueue()
         operationQueue.maxConcurrentOperationCount = maxConcurrent
+        operationQueue.underlyingQueue = underlyingQueue
         operationQueue.isSuspended = suspended
         var configuration = PersistentOperationQueue.Configuration(crashLoopLimit: crashLoopLimit, scheduler: clock)
         configuration.fileSystem = fileSystem
