@@ -137,6 +137,29 @@ struct JournalSegmentTests {
         }
     }
 
+    @Test func zerosAfterTheFramesAreUnusedSpaceOnlyWhenNothingButZerosFollows() throws {
+        // Given a segment of frames followed by zeros, of lengths around the eight bytes the
+        // scan reads at a time, and as long as the writer fills ahead
+        let sample = try SegmentSample.everyKind()
+        for zeros in Array(1...17) + [65_535, 65_536] {
+            let filled = sample.bytes + Data(count: zeros)
+            // Then all of them are unused space
+            let scan = try JournalSegment.scan(filled)
+            #expect(scan.frames == sample.frames, "\(zeros) zeros")
+            #expect(scan.tornTail == nil && scan.corruptRegions.isEmpty, "\(zeros) zeros")
+            #expect(scan.unusedTail?.offset == sample.bytes.count && scan.unusedTail?.count == zeros, "\(zeros) zeros")
+            // But one byte that is not zero, anywhere among them, makes them a torn tail
+            for position in Set([0, zeros / 2, zeros - 1]) {
+                var damaged = filled
+                damaged[sample.bytes.count + position] = 0x01
+                let scan = try JournalSegment.scan(damaged)
+                #expect(scan.frames == sample.frames, "\(zeros) zeros, byte at \(position)")
+                #expect(scan.unusedTail == nil, "\(zeros) zeros, byte at \(position)")
+                #expect(scan.tornTail?.offset == sample.bytes.count && scan.tornTail?.count == zeros, "\(zeros) zeros, byte at \(position)")
+            }
+        }
+    }
+
     @Test func aSegmentTornInsideItsHeaderIsAllTail() throws {
         let header = JournalSegment.header(salt: 3, number: 3)
         for cut in 0..<header.count {

@@ -134,6 +134,8 @@ package enum JournalSegment {
         }
         var salt = scan.header?.salt
         var offset = min(headerSize, bytes.count)
+        // Every byte from here on is zero: no frame can begin there (a marker is not zero).
+        let zeros = zeroTailStart(bytes)
         while offset < bytes.count {
             switch JournalFrame.verify(bytes, at: offset, salt: salt, maximumSize: maximumFrameSize) {
             case .success(let frame):
@@ -147,12 +149,12 @@ package enum JournalSegment {
                 offset = frame.end
             case .failure(let rejection):
                 if damage == nil { damage = (offset, rejection.description) }
-                offset = nextMarker(in: bytes, after: offset)
+                offset = offset >= zeros ? bytes.count : nextMarker(in: bytes, after: offset)
             }
         }
         if let start = damage, start.offset < bytes.count {
             let tail = JournalSegmentScan.Region(offset: start.offset, count: bytes.count - start.offset, reason: start.reason)
-            if scan.header != nil, start.offset >= headerSize, bytes[tail.range].allSatisfy({ $0 == 0 }) {
+            if scan.header != nil, start.offset >= headerSize, start.offset >= zeros {
                 // Zeros where no frame ever began: space the writer filled ahead of its frames.
                 scan.unusedTail = JournalSegmentScan.Region(offset: tail.offset, count: tail.count, reason: "unused space")
             } else {
@@ -160,6 +162,21 @@ package enum JournalSegment {
             }
         }
         return scan
+    }
+
+    /// Where the run of zero bytes that ends `bytes` begins: `bytes.count` when the last byte is
+    /// not zero. Reads eight bytes at a time, because a segment's tail is usually tens of
+    /// kilobytes of zeros the writer filled ahead of its frames.
+    private static func zeroTailStart(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
+        let raw = UnsafeRawBufferPointer(bytes)
+        var end = bytes.count
+        while end >= 8, raw.loadUnaligned(fromByteOffset: end - 8, as: UInt64.self) == 0 {
+            end -= 8
+        }
+        while end > 0, raw[end - 1] == 0 {
+            end -= 1
+        }
+        return end
     }
 
     /// The offset of the next byte after `offset` that could start a frame marker, or the end.
