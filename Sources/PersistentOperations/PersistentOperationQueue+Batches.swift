@@ -89,7 +89,9 @@ extension PersistentOperationQueue {
             try Self.checkAcyclic(ids: ids, prerequisites: resolved.map(\.ids), operations: operations)
         }
 
-        let batchID = operations.count > 1 ? RecordIdentifier.make() : nil
+        let isBatch = operations.count > 1
+        // A journal batch is one frame: its records need no batch identifier.
+        let batchID = isBatch && store.needsBatchIdentifiers ? RecordIdentifier.make() : nil
         var records: [OperationRecord] = []
         records.reserveCapacity(operations.count)
         for (index, operation) in operations.enumerated() {
@@ -103,6 +105,8 @@ extension PersistentOperationQueue {
             // of an interrupted batch.
             state.withLock { _ = $0.batchesInProgress.insert(batchID) }
             defer { state.withLock { _ = $0.batchesInProgress.remove(batchID) } }
+            try store.addBatch(records)
+        } else if isBatch {
             try store.addBatch(records)
         } else {
             try store.add(records[0])

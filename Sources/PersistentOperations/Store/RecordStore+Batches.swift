@@ -15,21 +15,23 @@ extension RecordStore {
     /// Stores new pending records durably as one batch: when this returns every record is on
     /// disk and counts; after a crash at any moment before, none of them does.
     ///
-    /// Every record must carry the same ``OperationRecord/batchID``. Each file is synced (one
+    /// In the journal the batch is one frame, all or none by construction: its records need no
+    /// ``OperationRecord/batchID`` (``needsBatchIdentifiers`` is false). In the earlier layout
+    /// every record must carry the same batch identifier; each file is synced (one
     /// shared file-system sync for all of them where available), the pending directory once,
     /// then the commit marker is written and synced.
     ///
     /// - Throws: the errors of ``add(_:)``; after a failure nothing is stored (records already
     ///   renamed into place are taken back, and without a marker they would not count anyway).
     package func addBatch(_ records: [OperationRecord]) throws {
+        let change = try beginChange()
+        defer { change.end() }
+        // One batch frame: all or none by construction, no marker or identifier needed.
+        if let journal { return try journal.addBatch(records) }
         guard let batchID = records.first?.batchID else {
             preconditionFailure("addBatch(_:) needs records that carry a batch identifier")
         }
         precondition(records.allSatisfy { $0.batchID == batchID }, "every record of a batch carries the same batch identifier")
-        let change = try beginChange()
-        defer { change.end() }
-        // One batch frame: all or none by construction, no marker needed.
-        if let journal { return try journal.addBatch(records) }
         var files: [(path: String, bytes: Data)] = []
         files.reserveCapacity(records.count)
         for record in records {
@@ -64,6 +66,11 @@ extension RecordStore {
             throw error
         }
     }
+
+    /// Whether the records of an ``addBatch(_:)`` carry a batch identifier: only in the earlier
+    /// layout, whose commit markers name it. A journal batch is one frame, and an identifier
+    /// in each of its records would be dead weight (about fifty bytes a record).
+    package var needsBatchIdentifiers: Bool { journal == nil }
 
     /// The batches whose commit marker exists, or `nil` when every stored batch is whole by
     /// construction (the journal writes a batch as one frame), so that none is to be discarded.
