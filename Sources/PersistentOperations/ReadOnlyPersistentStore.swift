@@ -235,22 +235,51 @@ extension ReadOnlyPersistentStore {
     /// file names must be running.
     var isHeldByAProcess: Bool {
         #if os(Linux)
+        return Self.isFlockHeld(onLockFile: store.layout.lockPath, lockTable: try? String(contentsOfFile: "/proc/locks", encoding: .utf8))
+        #else
+        return lockHolder?.isRunning == true
+        #endif
+    }
+
+    #if os(Linux)
+    /// Whether a process holds a `flock` on the lock file at `path`: listed in `lockTable`
+    /// (the text of `/proc/locks`), or else in the descriptors of the process the file names.
+    static func isFlockHeld(onLockFile path: String, lockTable: String?) -> Bool {
         var status = stat()
-        guard stat(store.layout.lockPath, &status) == 0,
-              let locks = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return false }
+        guard stat(path, &status) == 0 else { return false }
         let device = UInt64(status.st_dev)
         let major = ((device >> 8) & 0xfff) | ((device >> 32) & ~UInt64(0xfff))
         let minor = (device & 0xff) | ((device >> 12) & ~UInt64(0xff))
         // "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF": device in hex, inode in decimal.
         let target = String(format: "%02llx:%02llx:%llu", major, minor, UInt64(status.st_ino))
-        return locks.split(separator: "\n").contains { line in
-            let fields = line.split(separator: " ")
-            return fields.contains("FLOCK") && fields.contains { $0 == target }
+        if let lockTable, lockTable.split(separator: "\n").contains(where: { isFlockLine($0, of: target) }) {
+            return true
         }
-        #else
-        return lockHolder?.isRunning == true
-        #endif
+        // The kernel makes that table as it is read, a page per read: when a lock listed before
+        // ours is released between two reads, our line can be skipped, and a store held would
+        // read as free. The descriptors of the process the lock file names say it for sure.
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8),
+              let holder = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), holder > 0 else { return false }
+        let descriptors = "/proc/\(holder)/fd"
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: descriptors)) ?? [] {
+            var opened = stat()
+            guard stat(descriptors + "/" + name, &opened) == 0, opened.st_dev == status.st_dev, opened.st_ino == status.st_ino,
+                  let info = try? String(contentsOfFile: "/proc/\(holder)/fdinfo/\(name)", encoding: .utf8) else { continue }
+            // "lock:\t1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"
+            if info.split(separator: "\n").contains(where: { $0.hasPrefix("lock:") && isFlockLine($0, of: target) }) {
+                return true
+            }
+        }
+        return false
     }
+    #endif
+
+    /// Whether `line` of a lock table names a `flock` on the file `target` ("major:minor:inode").
+    private static func isFlockLine(_ line: Substring, of target: String) -> Bool {
+        let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
+        return fields.contains("FLOCK") && fields.contains { $0 == target }
+    }
+
 }
 
 extension ReadOnlyPersistentStore.UnreadableEntry {

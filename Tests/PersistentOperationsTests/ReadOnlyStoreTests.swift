@@ -78,6 +78,27 @@ struct ReadOnlyStoreTests {
         await fixture.queue.allOperationsFinished()
     }
 
+    #if os(Linux)
+    @Test func aHeldStoreReadsAsHeldEvenWhenTheLockTableMissesItsLine() throws {
+        // Given a store held by this process, and its lock file
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let lockPath = StoreLayout(directory: directory.store).lockPath
+        // When the lock table, read while other locks come and go, lacks its line (or cannot be
+        // read), then the holder's descriptors still say it is held
+        #expect(ReadOnlyPersistentStore.isFlockHeld(onLockFile: lockPath, lockTable: ""))
+        #expect(ReadOnlyPersistentStore.isFlockHeld(onLockFile: lockPath, lockTable: nil))
+        // And once the store is closed, its lock file naming this same running process, it is free
+        store.close()
+        #expect(try String(contentsOfFile: lockPath, encoding: .utf8).contains("\(getpid())"))
+        #expect(!ReadOnlyPersistentStore.isFlockHeld(onLockFile: lockPath, lockTable: ""))
+        #expect(!ReadOnlyPersistentStore.isFlockHeld(onLockFile: lockPath, lockTable: try String(contentsOfFile: "/proc/locks", encoding: .utf8)))
+        // And a lock file naming a process that does not exist is free
+        try "999999999\n".write(toFile: lockPath, atomically: false, encoding: .utf8)
+        #expect(!ReadOnlyPersistentStore.isFlockHeld(onLockFile: lockPath, lockTable: ""))
+    }
+    #endif
+
     @Test func theViewReadsAStoreAnotherProcessHoldsAndNeverWrites() async throws {
         // Given a store with a pending record due later, a failed record and a corrupt file
         let directory = try TemporaryDirectory()
