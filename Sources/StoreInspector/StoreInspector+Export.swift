@@ -10,7 +10,7 @@ import Darwin
 /// The `export` command: one record to a file of its own.
 extension StoreInspector {
     /// Writes the pending or failed record `id` names to a new file, in the record format
-    /// (``RecordFormat/encode(_:maximumSize:)``: the bytes a `.record` file of the earlier
+    /// (``RecordFormat/encode(_:maximumSize:formatVersion:)``: the bytes a `.record` file of the earlier
     /// layout held, which ``RecordFormat/decode(_:maximumSize:)`` reads back equal), or only
     /// its payload's binary property list when `payloadOnly`. `output` defaults to
     /// `<ID>.record` (`<ID>.payload.plist` for a payload) in the current directory.

@@ -116,6 +116,42 @@ struct GoldenFileTests {
         ),
     ]
 
+    /// The records the version 5 golden files were generated from (the journal's format): one
+    /// whose defaulted fields are all left out, and one that holds every field of version 4
+    /// with none of them at its default.
+    static let version5Records: [String: OperationRecord] = [
+        "v5-defaults.record": OperationRecord(
+            id: "55555555-6666-4777-8888-999999999999",
+            typeIdentifier: "com.example.upload",
+            payload: Data([0x62, 0x70, 0x6C, 0x69, 0x73, 0x74, 0x30, 0x30, 0x05]),
+            enqueueSequence: 51,
+            enqueuedAt: Date(timeIntervalSinceReferenceDate: 760_000_000.25)
+        ),
+        "v5-full.record": OperationRecord(
+            id: "5A5A5A5A-6B6B-4C7C-8D8D-9E9E9E9E9E9E",
+            typeIdentifier: "com.example.refresh",
+            payload: Data(repeating: 0x5F, count: 12),
+            priority: -4,
+            enqueueSequence: 0xFFFF_FFFF_FFFF_FF05,
+            enqueuedAt: Date(timeIntervalSinceReferenceDate: 760_000_000),
+            notBefore: Date(timeIntervalSinceReferenceDate: 760_010_200),
+            tags: ["$null", "refresh"],
+            uniqueKey: "catalogue",
+            numberOfRetries: 2,
+            numberOfAttempts: 3,
+            nextAttemptAt: Date(timeIntervalSinceReferenceDate: 760_000_300.5),
+            attemptsInFlight: 1,
+            lastErrorDescription: "503 server busy",
+            prerequisites: ["00000000-0000-4000-8000-000000000001"],
+            expiresAt: Date(timeIntervalSinceReferenceDate: 790_000_000),
+            conditions: ["network"],
+            repeatInterval: 3_600,
+            repeatFlex: 600,
+            periodTarget: Date(timeIntervalSinceReferenceDate: 760_010_800),
+            completedPeriods: 3
+        ),
+    ]
+
     /// The payload the version 1 payload golden file holds.
     struct GoldenPayload: Codable, Equatable {
         var name: String
@@ -214,6 +250,64 @@ struct GoldenFileTests {
         #expect(try RecordFormat.encode(expected) == golden)
     }
 
+    @Test(arguments: version5Records.keys.sorted())
+    func aVersion5GoldenFileDecodesToItsRecordAndIsWrittenTheSame(name: String) throws {
+        let golden = try Data(contentsOf: try Self.fixtureURL(name))
+        let expected = try #require(Self.version5Records[name])
+        let record = try RecordFormat.decode(golden)
+        #expect(record.formatVersion == 5)
+        #expect(record == expected)
+        #expect(try RecordFormat.encode(expected, formatVersion: 5) == golden)
+    }
+
+    @Test func version5LeavesOutExactlyTheFieldsThatHoldTheirDefault() throws {
+        func keys(_ file: Data) throws -> Set<String> {
+            guard case .dictionary(let entries) = try BinaryPropertyListReader.value(from: file.dropFirst(RecordFormat.headerSize)) else {
+                Issue.record("the body is not a dictionary")
+                return []
+            }
+            return Set(entries.keys)
+        }
+        let defaulted: Set = ["priority", "tags", "numberOfRetries", "numberOfAttempts", "attemptsInFlight"]
+        // A record with every one of them at its default leaves them all out in version 5…
+        let plain = try #require(Self.version5Records["v5-defaults.record"])
+        let compact = try keys(try RecordFormat.encode(plain, formatVersion: 5))
+        #expect(compact.isDisjoint(with: defaulted))
+        #expect(compact.isSuperset(of: ["formatVersion", "id", "typeIdentifier", "payload", "enqueueSequence", "enqueuedAt"]))
+        // …and keeps them in version 1, where they are required
+        #expect(try keys(try RecordFormat.encode(plain)).isSuperset(of: defaulted))
+        // Each one set to another value is written, and reads back
+        for field in defaulted.sorted() {
+            var record = plain
+            switch field {
+            case "priority": record.priority = -1
+            case "tags": record.tags = ["a"]
+            case "numberOfRetries": record.numberOfRetries = 1
+            case "numberOfAttempts": record.numberOfAttempts = 1
+            default: record.attemptsInFlight = 1
+            }
+            let file = try RecordFormat.encode(record, formatVersion: 5)
+            #expect(try keys(file).intersection(defaulted) == [field])
+            #expect(try RecordFormat.decode(file) == record, "\(field)")
+        }
+    }
+
+    @Test func aFieldLeftOutIsStillMissingInAVersionThatRequiresIt() throws {
+        // Given the version 5 file of a record with defaults, relabelled as version 4 with a
+        // valid checksum: its body lacks "priority" and the others, which version 4 requires
+        let plain = try #require(Self.version5Records["v5-defaults.record"])
+        guard case .dictionary(var entries) = try BinaryPropertyListReader.value(from: try RecordFormat.encode(plain, formatVersion: 5).dropFirst(RecordFormat.headerSize)) else {
+            Issue.record("the body is not a dictionary")
+            return
+        }
+        entries["formatVersion"] = .integer(4)
+        let file = recordFile(body: BinaryPropertyListWriter.data(for: .dictionary(entries)), version: 4)
+        // Then it is corrupt, naming a missing field, not read with defaults
+        let error = #expect(throws: PersistenceError.self) { try RecordFormat.decode(file) }
+        #expect(error?.code == .corruptRecord)
+        #expect(error?.message.contains("is missing") == true)
+    }
+
     @Test func onlyAPeriodicRecordIsWrittenAsVersion4() throws {
         // A reader of version 3 would remove a series after one run: it must see a newer version.
         var record = try #require(Self.version3Records["v3-expiring.record"])
@@ -266,6 +360,12 @@ struct GoldenFileTests {
             guard !FileManager.default.fileExists(atPath: fixtures.appendingPathComponent(name).path) else { continue }   // released files are frozen
             try RecordFormat.encode(record).write(to: fixtures.appendingPathComponent(name))
         }
-        try RecordFormat.encodePayload(Self.version1Payload).write(to: fixtures.appendingPathComponent("v1-payload.bplist"))
+        for (name, record) in Self.version5Records where !FileManager.default.fileExists(atPath: fixtures.appendingPathComponent(name).path) {
+            try RecordFormat.encode(record, formatVersion: 5).write(to: fixtures.appendingPathComponent(name))
+        }
+        let payloadFile = fixtures.appendingPathComponent("v1-payload.bplist")
+        if !FileManager.default.fileExists(atPath: payloadFile.path) {
+            try RecordFormat.encodePayload(Self.version1Payload).write(to: payloadFile)
+        }
     }
 }

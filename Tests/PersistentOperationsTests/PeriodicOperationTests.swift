@@ -46,7 +46,7 @@ struct PeriodicOperationTests {
         #expect(record.notBefore == start.addingTimeInterval(60))
         #expect(record.completedPeriods == 1)
         #expect(record.numberOfAttempts == 0 && record.numberOfRetries == 0 && record.attemptsInFlight == 0)
-        #expect(record.formatVersion == 4)
+        #expect(record.requiredFormatVersion == 4)
         #expect(fixture.deliveredEvents().contains(.periodEnded(result.id, failure: nil, nextPeriodAt: start.addingTimeInterval(60))))
         #expect(!fixture.deliveredEvents().contains(.succeeded(result.id)))
         // Between periods the queue counts as finished; the series is still listed

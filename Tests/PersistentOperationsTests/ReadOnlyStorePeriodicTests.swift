@@ -33,7 +33,7 @@ struct ReadOnlyStorePeriodicTests {
         #expect(hourlyRecord.completedPeriods == 0)
         #expect(hourlyRecord.notBefore == nil)
         #expect(hourlyRecord.dueDate == nil)
-        #expect(hourlyRecord.formatVersion == 4)
+        #expect(hourlyRecord.formatVersion == 5)   // the journal's
         // And the one with a not-before date targets it, and is due then
         #expect(laterRecord.repeating == .every(900))
         #expect(laterRecord.periodTarget == start.addingTimeInterval(7200))
@@ -41,7 +41,7 @@ struct ReadOnlyStorePeriodicTests {
         // And work added once has no schedule
         #expect(onceRecord.repeating == nil && onceRecord.periodTarget == nil && onceRecord.completedPeriods == 0)
         #expect(onceRecord.dueDate == start.addingTimeInterval(30))
-        #expect(onceRecord.formatVersion == 1)
+        #expect(onceRecord.formatVersion == 5)
         // And the store is due now, as the live queue says
         #expect(try view.nextDueDate(now: start) == start)
         #expect(fixture.queue.nextDueDate == start)

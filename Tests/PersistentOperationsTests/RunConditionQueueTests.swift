@@ -18,7 +18,7 @@ struct RunConditionQueueTests {
         #expect(fixture.queue.operation(withID: waiting)?.state == .waitingForConditions)
         #expect(fixture.queue.operation(withID: waiting)?.conditions == ["network"])
         let record = try #require(try fixture.pendingRecords().first)
-        #expect(record.conditions == ["network"] && record.formatVersion == 3)
+        #expect(record.conditions == ["network"] && record.requiredFormatVersion == 3)
         #expect(fixture.clock.pendingCount == 0)                  // no timer
         #expect(fixture.queue.operationQueue.operationCount == 0)  // no slot
         // When the condition holds, it starts at once

@@ -1,21 +1,24 @@
 import Foundation
 
 extension OperationRecord {
-    /// The record as the property-list dictionary stored in a record file body.
+    /// The record as the property-list dictionary stored in a record file body of its
+    /// ``OperationRecord/formatVersion``: from version 5 on, the fields whose value is their
+    /// default (priority 0, no tags, no retries, no attempts, none in flight) are left out.
     var propertyListValue: PropertyListValue {
+        let omitsDefaults = formatVersion >= 5
         var entries: [String: PropertyListValue] = [
             "formatVersion": .integer(Int64(formatVersion)),
             "id": .string(id),
             "typeIdentifier": .string(typeIdentifier),
             "payload": .data(payload),
-            "priority": .integer(Int64(priority)),
             "enqueueSequence": .unsigned(enqueueSequence),
             "enqueuedAt": .date(enqueuedAt),
-            "tags": .array(tags.map { .string($0) }),
-            "numberOfRetries": .integer(Int64(numberOfRetries)),
-            "numberOfAttempts": .integer(Int64(numberOfAttempts)),
-            "attemptsInFlight": .integer(Int64(attemptsInFlight)),
         ]
+        if !omitsDefaults || priority != 0 { entries["priority"] = .integer(Int64(priority)) }
+        if !omitsDefaults || !tags.isEmpty { entries["tags"] = .array(tags.map { .string($0) }) }
+        if !omitsDefaults || numberOfRetries != 0 { entries["numberOfRetries"] = .integer(Int64(numberOfRetries)) }
+        if !omitsDefaults || numberOfAttempts != 0 { entries["numberOfAttempts"] = .integer(Int64(numberOfAttempts)) }
+        if !omitsDefaults || attemptsInFlight != 0 { entries["attemptsInFlight"] = .integer(Int64(attemptsInFlight)) }
         entries["notBefore"] = notBefore.map { .date($0) }
         entries["uniqueKey"] = uniqueKey.map { .string($0) }
         entries["nextAttemptAt"] = nextAttemptAt.map { .date($0) }
@@ -75,7 +78,11 @@ extension OperationRecord {
             let strings = elements.compactMap(\.stringValue)
             return strings.count == elements.count ? strings : nil
         }
-        let tags = try required("tags", strings)
+        // Required up to version 4; from version 5 on, absent when it has its default value.
+        func defaulted<T>(_ key: String, _ defaultValue: T, _ convert: (PropertyListValue) -> T?) throws -> T {
+            formatVersion >= 5 ? try optional(key, convert) ?? defaultValue : try required(key, convert)
+        }
+        let tags = try defaulted("tags", [], strings)
         var prerequisites: [String] = []
         var batchID: String?
         var failedPrerequisite: String?
@@ -111,16 +118,16 @@ extension OperationRecord {
             id: id,
             typeIdentifier: try required("typeIdentifier", \.stringValue),
             payload: try required("payload", \.dataValue),
-            priority: try required("priority", \.intValue),
+            priority: try defaulted("priority", 0, \.intValue),
             enqueueSequence: try required("enqueueSequence", \.unsignedValue),
             enqueuedAt: try required("enqueuedAt", \.dateValue),
             notBefore: try optional("notBefore", \.dateValue),
             tags: tags,
             uniqueKey: try optional("uniqueKey", \.stringValue),
-            numberOfRetries: try required("numberOfRetries", \.intValue),
-            numberOfAttempts: try required("numberOfAttempts", \.intValue),
+            numberOfRetries: try defaulted("numberOfRetries", 0, \.intValue),
+            numberOfAttempts: try defaulted("numberOfAttempts", 0, \.intValue),
             nextAttemptAt: try optional("nextAttemptAt", \.dateValue),
-            attemptsInFlight: try required("attemptsInFlight", \.intValue),
+            attemptsInFlight: try defaulted("attemptsInFlight", 0, \.intValue),
             lastErrorDescription: try optional("lastErrorDescription", \.stringValue),
             failureReason: try optional("failureReason", \.stringValue),
             prerequisites: prerequisites,

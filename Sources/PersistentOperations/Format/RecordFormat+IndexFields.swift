@@ -86,6 +86,8 @@ private struct PropertyListPeek {
                 continue
             }
         }
+        // From version 5 on, a priority of 0 is left out.
+        if priority == nil, version >= 5 { priority = 0 }
         guard let id, OperationRecord.isValidIdentifier(id), let sequence, let priority, formatVersion == version else { return nil }
         return RecordFormat.IndexFields(id: id, enqueueSequence: sequence, priority: priority)
     }

@@ -7,7 +7,7 @@ import Foundation
 //
 //     offset  size  field
 //     0       8     magic: 0x89 'O' 'P' 'R' 0x0D 0x0A 0x1A 0x0A
-//     8       2     format version, big-endian (1 or 2; see `OperationRecord` for what 2 adds)
+//     8       2     format version, big-endian (1 to 5; see `OperationRecord` for what each adds)
 //     10      2     reserved, must be 0
 //     12      4     body length in bytes, big-endian; must equal file size - 20
 //     16      4     CRC-32 (IEEE, as zlib) of the body, big-endian
@@ -58,11 +58,18 @@ package enum RecordFormat {
     /// - Throws: ``PersistenceError/Code/recordTooLarge`` when the file would exceed
     ///   `maximumSize`, ``PersistenceError/Code/payloadDoesNotRoundTrip`` when a field would
     ///   not read back equal.
-    /// The record is written in its ``OperationRecord/requiredFormatVersion``, whatever its
-    /// ``OperationRecord/formatVersion`` says.
-    package static func encode(_ record: OperationRecord, maximumSize: Int = defaultMaximumRecordSize) throws -> Data {
+    /// - Parameter formatVersion: the format version to write: the journal writes
+    ///   ``OperationRecord/currentFormatVersion``; `nil` (the default), for a file of the
+    ///   one-file-per-record layout, writes the record's
+    ///   ``OperationRecord/requiredFormatVersion``, the lowest version that holds it, whatever
+    ///   its ``OperationRecord/formatVersion`` says.
+    package static func encode(_ record: OperationRecord, maximumSize: Int = defaultMaximumRecordSize, formatVersion: Int? = nil) throws -> Data {
         var record = record
-        record.formatVersion = record.requiredFormatVersion
+        record.formatVersion = formatVersion ?? record.requiredFormatVersion
+        precondition(
+            OperationRecord.readableFormatVersions.contains(record.formatVersion) && record.formatVersion >= record.requiredFormatVersion,
+            "format version \(record.formatVersion) cannot hold this record"
+        )
         guard OperationRecord.isValidIdentifier(record.id) else {
             throw PersistenceError(.corruptRecord, "Record identifier \"\(record.id)\" is not a library-generated UUID.")
         }

@@ -15,7 +15,7 @@ extension JournalStore {
     ///
     /// - Throws: ``PersistenceError/Code/writeFailed`` when a record with this identifier
     ///   exists or the file system fails (nothing is then stored), the encoding errors of
-    ///   ``RecordFormat/encode(_:maximumSize:)``, ``PersistenceError/Code/storeNotWritable``.
+    ///   ``RecordFormat/encode(_:maximumSize:formatVersion:)``, ``PersistenceError/Code/storeNotWritable``.
     package func add(_ record: OperationRecord) throws {
         let id = try identifier(record.id)
         try commit(.put, [record], flushes: true) { state in
@@ -215,7 +215,9 @@ extension JournalStore {
     /// Writes `records` as one frame of `kind` (a batch frame holds several) and indexes them.
     private func commit(_ kind: JournalFrame.Kind, _ records: [OperationRecord], flushes: Bool, check: (inout State) throws -> Void) throws {
         let ids = try records.map { try identifier($0.id) }
-        let encoded = try records.map { try RecordFormat.encode($0, maximumSize: configuration.maximumRecordSize) }
+        let encoded = try records.map {
+            try RecordFormat.encode($0, maximumSize: configuration.maximumRecordSize, formatVersion: OperationRecord.currentFormatVersion)
+        }
         let frame = kind == .batch ? JournalFrame.batch(encoded) : JournalFrame(kind: kind, body: encoded[0])
         try append(frame, flushes: flushes, check: check) { state, segment, offset, size in
             if kind == .batch {
