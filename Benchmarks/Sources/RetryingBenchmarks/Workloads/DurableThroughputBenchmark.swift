@@ -127,10 +127,10 @@ struct DurableThroughputBenchmark: Benchmark {
     }
 
     /// One producer adds `count` operations, each after the previous one finished.
-    static func queueSerial(count: Int) throws -> Sample {
+    static func queueSerial(count: Int, durability: PersistentOperationQueue.Durability = .flushed) throws -> Sample {
         let directory = try TemporaryDirectory("p3-serial")
         defer { directory.remove() }
-        let queue = try StoreFixture.openQueue(directory.url, suspended: false)
+        let queue = try StoreFixture.openQueue(directory.url, suspended: false, durability: durability)
         defer { queue.close() }
         var addSeconds = 0.0
         let roundStart = Timing.now()

@@ -20,8 +20,8 @@ import Darwin
 ///
 /// - **S1** 400 × durable add → success → removal, one at a time (a producer waiting for
 ///   each, as P3's serial side). SQLite: insert (a commit) → delete (a commit) per operation.
-///   Also reported: SQLite with `synchronous=NORMAL` (no flush per commit: survives a process
-///   crash, not a power cut), the level a "process crash" durability setting compares with.
+///   Also S1.process: the queue's `.processCrash` durability (no flush: survives a process
+///   crash, not a power cut) against SQLite with `synchronous=NORMAL`, the same guarantee.
 /// - **S3** 10,000 operations stored by one `addOperations` (a suspended queue). SQLite: the
 ///   10,000 payloads encoded and inserted in one transaction. Also reported: the inserts alone,
 ///   of bytes encoded beforehand (S3.raw).
@@ -45,10 +45,15 @@ struct SQLiteComparisonBenchmark: Benchmark {
         let rounds = context.size(full: 3, smoke: 1)
         let payload = try PropertyListEncoder.binary.encode(TypicalPayload.example)
 
-        var ours = Sides(), full = Sides(), normal = Sides()
+        var ours = Sides(), full = Sides(), normal = Sides(), processCrash = Sides()
         for round in 0..<rounds {
             var sides: [() throws -> Void] = [
-                { ours.append(try Self.ourRound(lifecycles: lifecycles, batch: batch)) },
+                {
+                    ours.append(try Self.ourRound(lifecycles: lifecycles, batch: batch))
+                    processCrash.lifecycleRates.append(
+                        try DurableThroughputBenchmark.queueSerial(count: lifecycles, durability: .processCrash).operationsPerSecond
+                    )
+                },
                 {
                     full.append(try Self.sqliteRound(lifecycles: lifecycles, batch: batch, payload: payload, synchronous: .full))
                     normal.lifecycleRates.append(try Self.sqliteLifecycles(lifecycles, synchronous: .normal))
@@ -57,8 +62,8 @@ struct SQLiteComparisonBenchmark: Benchmark {
             if !round.isMultiple(of: 2) { sides.reverse() }
             for side in sides { try side() }
             context.progress(String(
-                format: "round %d: S1 %.0f vs %.0f ops/s (NORMAL %.0f); S3 %.3f vs %.3f s; S4 %.3f vs %.3f s; S5 %@ vs %@ B, %@ B after",
-                round + 1, ours.lifecycleRates[round], full.lifecycleRates[round], normal.lifecycleRates[round],
+                format: "round %d: S1 %.0f vs %.0f ops/s (no flush: %.0f vs NORMAL %.0f); S3 %.3f vs %.3f s; S4 %.3f vs %.3f s; S5 %@ vs %@ B, %@ B after",
+                round + 1, ours.lifecycleRates[round], full.lifecycleRates[round], processCrash.lifecycleRates[round], normal.lifecycleRates[round],
                 ours.batchSeconds[round], full.batchSeconds[round], ours.restoreSeconds[round], full.restoreSeconds[round],
                 ours.diskBytes[round].groupedDigits, full.diskBytes[round].groupedDigits, ours.diskBytesAfter[round].groupedDigits
             ))
@@ -75,11 +80,12 @@ struct SQLiteComparisonBenchmark: Benchmark {
                 note: "\(lifecycles.groupedDigits) operations per round, median of \(rounds) rounds; SQLite: payload encoded, then two commits per operation"
             ),
             BenchmarkResult(
-                id: "S1.normal", name: "the same, SQLite without a flush per commit",
-                value: ours.lifecycleRates.median, unit: .operationsPerSecond,
-                baseline: normal.lifecycleRates.median, baselineName: "SQLite WAL, synchronous=NORMAL",
-                ratio: zip(ours.lifecycleRates, normal.lifecycleRates).map { $0 / $1 }.median,
-                note: "the rate a durability level without flushes (survives a process crash, not a power cut) is held to: ≥ 1×"
+                id: "S1.process", name: "the same without flushes (process-crash durability)",
+                value: processCrash.lifecycleRates.median, unit: .operationsPerSecond,
+                baseline: normal.lifecycleRates.median, baselineName: "SQLite WAL, synchronous=NORMAL: insert, delete",
+                ratio: zip(processCrash.lifecycleRates, normal.lifecycleRates).map { $0 / $1 }.median,
+                target: .ratio(atLeast: 1),
+                note: "durability .processCrash: survives a process crash or kill, not a power cut, as synchronous=NORMAL"
             ),
             BenchmarkResult(
                 id: "S3", name: "\(batch.groupedDigits) operations stored by one addOperations",

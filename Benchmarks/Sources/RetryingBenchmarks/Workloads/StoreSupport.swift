@@ -100,10 +100,14 @@ final class OutcomeWaiter: @unchecked Sendable {
 /// Store set-up through the public API.
 enum StoreFixture {
     /// A queue on `directory` with the benchmark type registered.
-    static func openQueue(_ directory: URL, suspended: Bool) throws -> PersistentOperationQueue {
+    static func openQueue(
+        _ directory: URL, suspended: Bool, durability: PersistentOperationQueue.Durability = .flushed
+    ) throws -> PersistentOperationQueue {
         let operationQueue = OperationQueue()
         operationQueue.isSuspended = suspended
-        let queue = try PersistentOperationQueue(directory: directory, operationQueue: operationQueue)
+        var configuration = PersistentOperationQueue.Configuration()
+        configuration.durability = durability
+        let queue = try PersistentOperationQueue(directory: directory, operationQueue: operationQueue, configuration: configuration)
         queue.register(StoredBenchmarkOperation.self)
         return queue
     }
