@@ -177,19 +177,20 @@ struct RestoreBenchmark: Benchmark {
 /// P5's baseline: the least a restore must do — read each file and decode it with the
 /// Foundation decoders, nothing verified.
 enum BareRecordReader {
-    /// The fields of a record body (see the record format in `PersistentOperations`).
+    /// The fields of a record body (see the record format in `PersistentOperations`); the
+    /// journal's format 5 leaves out the ones that hold their default (0, no tags).
     struct Envelope: Decodable {
         var formatVersion: Int
         var id: String
         var typeIdentifier: String
         var payload: Data
-        var priority: Int
+        var priority: Int?
         var enqueueSequence: UInt64
         var enqueuedAt: Date
-        var tags: [String]
-        var numberOfRetries: Int
-        var numberOfAttempts: Int
-        var attemptsInFlight: Int
+        var tags: [String]?
+        var numberOfRetries: Int?
+        var numberOfAttempts: Int?
+        var attemptsInFlight: Int?
         var notBefore: Date?
         var uniqueKey: String?
         var nextAttemptAt: Date?
