@@ -261,9 +261,12 @@ extension JournalStore {
             try checkWritable(state)
             try check(&state)
             guard let active = state.active else { throw closed() }
-            // Frames written to a segment whose directory was moved or deleted meanwhile
-            // would be lost with it: refuse, until it is back.
-            guard (try? configuration.fileSystem.linkStatus(active.file.path)) != nil else {
+            // Records written to a segment whose directory was moved or deleted meanwhile
+            // would be lost with it: refuse, until it is back. (A removal or an attempt frame
+            // is not checked: what it ends or marks is in that directory too. One `stat` less
+            // for each of them: a lifecycle writes three frames.)
+            let keepsRecords = frame.kind != .remove && frame.kind != .attempt
+            guard !keepsRecords || (try? configuration.fileSystem.linkStatus(active.file.path)) != nil else {
                 throw PersistenceError(
                     .directoryUnavailable,
                     "The store's journal directory was moved or deleted while the store was open. Restore it, or close and reopen the store to create it again.",
