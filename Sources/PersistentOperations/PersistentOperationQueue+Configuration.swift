@@ -108,9 +108,9 @@ extension PersistentOperationQueue {
     /// How durable a change of the store (an add, a retry saved, a move to the failed area)
     /// is when its call returns.
     ///
-    /// Measured on a 2-core Linux machine with an SSD (S1 of the benchmarks: one add → success →
-    /// removal at a time): `flushed` about 2,100 lifecycles a second, one `fdatasync` each;
-    /// `processCrash` no flush at all. On Apple platforms a flush is `F_FULLFSYNC`, which costs
+    /// Measured on a 2-core Linux machine with an SSD (S1 and S1.process of the benchmarks: one
+    /// add → success → removal at a time): `flushed` about 3,400 lifecycles a second, one
+    /// `fdatasync` each; `processCrash` about 8,100, no flush at all. On Apple platforms a flush is `F_FULLFSYNC`, which costs
     /// milliseconds: batch adds with `addOperations` (one flush for the whole batch).
     public enum Durability: Sendable, Equatable {
         /// Flushed to stable storage before the call returns (the default): survives power
