@@ -61,7 +61,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
 
     struct State: Sendable {
         var registry: [String: RegisteredType] = [:]
-        var entries: [String: Entry] = [:]
+        var entries = EntryTable()
         var idsByOperation: [ObjectIdentifier: String] = [:]
         var unknownTypeRecords: [String: UnknownTypeRecord] = [:]
         var isClosed = false

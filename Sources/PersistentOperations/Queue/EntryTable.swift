@@ -1,0 +1,108 @@
+import Foundation
+
+extension PersistentOperationQueue {
+    /// The queue's entries by record identifier, as a dictionary would hold them, in less
+    /// memory: the entries sit in one array, and a dictionary maps each identifier to its
+    /// position.
+    ///
+    /// An entry is large (about 460 bytes: its record, its phase and its bookkeeping). A
+    /// dictionary of entries keeps each one in its hash table, whose slots number a power of
+    /// two at most three quarters full: at 100,000 entries that is 262,144 slots of 480 bytes,
+    /// 126 MB. Here only the small position table pays for the empty slots; the entries take
+    /// their own size each. Removing an entry moves the last one into its place, so the order
+    /// of iteration is no order at all, as a dictionary's.
+    ///
+    /// ```swift
+    /// let record = OperationRecord(typeIdentifier: "com.example.upload", payload: Data([1]), enqueueSequence: 1, enqueuedAt: Date())
+    /// var table = PersistentOperationQueue.EntryTable()
+    /// table[record.id] = PersistentOperationQueue.Entry(record: record, operation: nil, attemptsInFlight: 0)   // add or replace
+    /// table[record.id]?.kills += 1                       // change in place
+    /// for (id, entry) in table { print(id, entry.kills) }
+    /// table.removeValue(forKey: record.id)              // the entry it held, or nil
+    /// ```
+    struct EntryTable: Sendable, Sequence {
+        private var positions: [String: Int] = [:]
+        private var identifiers: [String] = []
+        private var storage: [Entry] = []
+
+        /// How many entries the table holds.
+        var count: Int { storage.count }
+        /// Whether the table holds no entry.
+        var isEmpty: Bool { storage.isEmpty }
+        /// The identifiers of the entries, in the order of ``values``.
+        var keys: [String] { identifiers }
+        /// The entries, in the order of ``keys``.
+        var values: [Entry] { storage }
+
+        /// An entry of the table, as a dictionary's `first`: no particular one.
+        var first: (key: String, value: Entry)? {
+            storage.isEmpty ? nil : (identifiers[0], storage[0])
+        }
+
+        /// The entry of `id`; setting `nil` removes it.
+        subscript(id: String) -> Entry? {
+            get {
+                guard let position = positions[id] else { return nil }
+                return storage[position]
+            }
+            set {
+                if let newValue {
+                    updateValue(newValue, forKey: id)
+                } else {
+                    removeValue(forKey: id)
+                }
+            }
+        }
+
+        /// Sets the entry of `id`; returns the entry it replaced, if any.
+        @discardableResult
+        mutating func updateValue(_ entry: Entry, forKey id: String) -> Entry? {
+            if let position = positions[id] {
+                let old = storage[position]
+                storage[position] = entry
+                return old
+            }
+            positions[id] = storage.count
+            identifiers.append(id)
+            storage.append(entry)
+            return nil
+        }
+
+        /// Removes the entry of `id`; returns it, if there was one.
+        @discardableResult
+        mutating func removeValue(forKey id: String) -> Entry? {
+            guard let position = positions.removeValue(forKey: id) else { return nil }
+            let last = storage.count - 1
+            if position != last {
+                storage.swapAt(position, last)
+                identifiers.swapAt(position, last)
+                positions[identifiers[position]] = position
+            }
+            identifiers.removeLast()
+            return storage.removeLast()
+        }
+
+        /// Makes room for `capacity` entries in all.
+        mutating func reserveCapacity(_ capacity: Int) {
+            positions.reserveCapacity(capacity)
+            identifiers.reserveCapacity(capacity)
+            storage.reserveCapacity(capacity)
+        }
+
+        func makeIterator() -> Iterator {
+            Iterator(identifiers: identifiers, storage: storage)
+        }
+
+        struct Iterator: IteratorProtocol {
+            let identifiers: [String]
+            let storage: [Entry]
+            var position = 0
+
+            mutating func next() -> (key: String, value: Entry)? {
+                guard position < storage.count else { return nil }
+                defer { position += 1 }
+                return (identifiers[position], storage[position])
+            }
+        }
+    }
+}

@@ -1,0 +1,49 @@
+import CrashHarness
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+/// The queue's table of entries behaves as the dictionary it replaces.
+struct EntryTableTests {
+    private func entry(_ index: Int) throws -> PersistentOperationQueue.Entry {
+        PersistentOperationQueue.Entry(record: try makeRecord(index: index), operation: nil, attemptsInFlight: index)
+    }
+
+    @Test func randomAddsChangesAndRemovalsLeaveWhatADictionaryWouldHold() throws {
+        var table = PersistentOperationQueue.EntryTable()
+        var reference: [String: Int] = [:]
+        var random = SeededGenerator(seed: 27)
+        let ids = (0..<64).map { "ID-\($0)" }
+        for step in 0..<5_000 {
+            let id = ids[Int.random(in: 0..<ids.count, using: &random)]
+            switch Int.random(in: 0..<4, using: &random) {
+            case 0:
+                // Add or replace
+                var new = try entry(step % 50)
+                new.kills = step
+                let old = table.updateValue(new, forKey: id)
+                #expect(old?.kills == reference[id])
+                reference[id] = step
+            case 1:
+                // Remove
+                #expect(table.removeValue(forKey: id)?.kills == reference.removeValue(forKey: id))
+            case 2:
+                // Change in place, through the subscript
+                table[id]?.kills += 1
+                if reference[id] != nil { reference[id]! += 1 }
+            default:
+                // Set nil removes
+                table[id] = nil
+                reference[id] = nil
+            }
+            #expect(table.count == reference.count)
+        }
+        // Every identifier finds its own entry, and iteration, keys and values agree
+        #expect(Dictionary(uniqueKeysWithValues: table.map { ($0.key, $0.value.kills) }) == reference)
+        #expect(Set(table.keys) == Set(reference.keys) && table.keys.count == reference.count)
+        #expect(table.values.map(\.kills).sorted() == reference.values.sorted())
+        for id in ids { #expect(table[id]?.kills == reference[id]) }
+        #expect(table.first.map { reference[$0.key] == $0.value.kills } ?? reference.isEmpty)
+        #expect(table.isEmpty == reference.isEmpty)
+    }
+}
