@@ -297,13 +297,19 @@ package final class JournalStore: Sendable {
     /// - Returns: the records that could not be read, with the reason.
     @discardableResult
     package func forEachPendingRecord(_ body: (OperationRecord) throws -> Void) throws -> [LoadReport.Entry] {
+        // Identifiers and sequences only (24 bytes a record): a filtered copy of the index
+        // would hold every index entry of the area a second time.
         let order = state.withLock { state in
-            state.index.entries.filter { $0.value.area == .pending }
-                .sorted { $0.value.enqueueSequence < $1.value.enqueueSequence }
-                .map(\.key)
+            var order: [(id: UUID, sequence: UInt64)] = []
+            order.reserveCapacity(state.index.pendingCount)
+            for (id, entry) in state.index.entries where entry.area == .pending {
+                order.append((id, entry.enqueueSequence))
+            }
+            order.sort { $0.sequence < $1.sequence }
+            return order
         }
         var unreadable: [LoadReport.Entry] = []
-        for id in order {
+        for (id, _) in order {
             do {
                 try body(try read(uuid: id, in: .pending))
             } catch let error as PersistenceError where error.code == .recordNotFound {
