@@ -57,7 +57,7 @@ final class EventHub: Sendable {
     /// Whether anyone listens. Events emitted while no one does are dropped at once rather
     /// than queued for delivery: a dispatch to the delivery queue wakes a thread, three times
     /// in every operation's lifecycle.
-    private var hasSubscribers: Bool {
+    var hasSubscribers: Bool {
         subscribers.withLock { $0.handler != nil || !$0.streams.isEmpty || !$0.monitors.isEmpty || $0.monitorsToRegister > 0 }
     }
 

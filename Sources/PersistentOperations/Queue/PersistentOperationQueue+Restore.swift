@@ -187,7 +187,9 @@ extension PersistentOperationQueue {
         report.runAlone = (isolated + isolatedAfterOthers).map { PersistentOperationID(record: $0) }
         // Reported before any of them is scheduled, so each `restored` event comes before
         // the operation's first `started`.
-        hub.emit(contentsOf: restored.map { .restored(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) })
+        if hub.hasSubscribers {
+            hub.emit(contentsOf: restored.map { .restored(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) })
+        }
         hub.emit(contentsOf: report.unknownConditions.map { .unknownConditions($0.id, conditions: $0.conditions) })
         // Every restored entry exists before any is linked, so prerequisites among them are found.
         let ended = state.withLock { state in
@@ -197,13 +199,20 @@ extension PersistentOperationQueue {
         }
         state.withLock { $0.hasRestored = true }
         // The suspects of kills are scheduled last, in the order they run alone: due at once,
-        // they wait for the others, and the first one due runs once nothing else is.
-        var scheduling = zip(restored, ended).filter { !$0.0.runsAloneAfterOthers }
-        let afterOthers = Dictionary(uniqueKeysWithValues: zip(restored, ended).filter { $0.0.runsAloneAfterOthers }.map { ($0.0.id, $0) })
-        scheduling += isolatedAfterOthers.compactMap { afterOthers[$0] }
-        for (record, ended) in scheduling {
-            scheduleLinked(record.id, due: record.due, ended: ended)
-            if let expiresAt = record.expiresAt { armExpiry(of: record.id, at: expiresAt) }
+        // they wait for the others, and the first one due runs once nothing else is. (By
+        // position in `restored`: no second copy of what a large restore holds.)
+        func schedule(_ index: Int) {
+            scheduleLinked(restored[index].id, due: restored[index].due, ended: ended[index])
+            if let expiresAt = restored[index].expiresAt { armExpiry(of: restored[index].id, at: expiresAt) }
+        }
+        for index in restored.indices where !restored[index].runsAloneAfterOthers {
+            schedule(index)
+        }
+        if !isolatedAfterOthers.isEmpty {
+            let afterOthers = Dictionary(uniqueKeysWithValues: restored.indices.filter { restored[$0].runsAloneAfterOthers }.map { (restored[$0].id, $0) })
+            for id in isolatedAfterOthers {
+                if let index = afterOthers[id] { schedule(index) }
+            }
         }
         log(.info, "restored \(report.restored.count) operations; \(report.quarantined.count) quarantined, \(report.unknownTypes.count) of unknown types, \(report.movedToFailedAfterCrashes.count) moved to failed after crashes")
         return report
