@@ -128,6 +128,29 @@ public final class ReadOnlyPersistentStore: Sendable {
         )
     }
 
+    /// Hands each readable pending record to `body` as it is read, in no particular order,
+    /// and returns the pending entries that cannot be read: what ``pendingRecords()`` lists,
+    /// without holding every record at once (a store of a million records fits in the
+    /// journal's index, not in a list of records).
+    ///
+    /// A record's ``StoredOperationRecord/state`` here is never
+    /// ``PersistentOperationInfo/State/waitingForPrerequisites``, which takes the other
+    /// records to tell; ``pendingRecords()`` sets it.
+    ///
+    /// ```swift
+    /// var running = 0
+    /// _ = try store.forEachPendingRecord { if $0.state == .running { running += 1 } }
+    /// ```
+    package func forEachPendingRecord(_ body: (StoredOperationRecord) throws -> Void) throws -> [UnreadableEntry] {
+        let evidence = store.attemptEvidence()
+        let isStoreHeld = isHeldByAProcess
+        let now = Date()
+        let report = try store.loadPending { record in
+            try body(StoredOperationRecord(record, area: .pending, isStoreHeld: isStoreHeld, now: now, evidence: evidence[record.id]))
+        }
+        return report.skipped.map(UnreadableEntry.init)
+    }
+
     /// The failed records and the failed entries that cannot be read.
     ///
     /// ```swift
@@ -175,15 +198,17 @@ public final class ReadOnlyPersistentStore: Sendable {
     /// print("\(counts.pending) pending (\(counts.running) running), \(counts.failed) failed")
     /// ```
     public func counts() throws -> Counts {
-        let pending = try pendingRecords()
-        let failed = try failedRecords()
         var counts = Counts()
-        counts.pending = pending.records.count
-        counts.running = pending.records.filter { $0.state == .running }.count
+        // One record at a time: the counts of a large store, not its records, are kept.
+        let unreadable = try forEachPendingRecord { record in
+            counts.pending += 1
+            if record.state == .running { counts.running += 1 }
+            counts.pendingByType[record.typeIdentifier, default: 0] += 1
+        }
+        let failed = try failedRecords()
         counts.failed = failed.records.count
         counts.quarantined = try store.quarantinedEntryNames().count
-        counts.unreadable = pending.unreadable.count + failed.unreadable.count
-        for record in pending.records { counts.pendingByType[record.typeIdentifier, default: 0] += 1 }
+        counts.unreadable = unreadable.count + failed.unreadable.count
         for record in failed.records { counts.failedByType[record.typeIdentifier, default: 0] += 1 }
         return counts
     }
@@ -213,7 +238,12 @@ public final class ReadOnlyPersistentStore: Sendable {
     /// - Parameter now: The current moment; records due before it are due at `now`.
     /// - Throws: ``PersistenceError`` when the pending area cannot be listed.
     public func nextDueDate(now: Date = Date()) throws -> Date? {
-        try pendingRecords().records.lazy.map { max($0.dueDate ?? now, now) }.min()
+        var earliest: Date?
+        _ = try forEachPendingRecord { record in
+            let due = max(record.dueDate ?? now, now)
+            earliest = min(earliest ?? due, due)
+        }
+        return earliest
     }
 
     /// The process the store's lock file names, or `nil` when there is none. Reading the file

@@ -23,41 +23,54 @@ extension StoreInspector {
     ///     next due: now
     func stats() throws {
         let reader = try readOnlyStore()
-        let pending = try reader.pendingRecords()
-        let failed = try reader.failedRecords()
-        let quarantined = try reader.quarantinedEntries()
-        let running = pending.records.filter { $0.state == .running }.count
-        let periodic = pending.records.filter { $0.repeating != nil }
         let now = Date()
-        let nextDue = try reader.nextDueDate(now: now)
+        // One pass over the pending records, keeping counts, not records: a store of a million
+        // records is summed up in the memory of its journal's index.
+        var pendingCount = 0, running = 0, periodicCount = 0
+        var pendingByType: [String: Int] = [:], periodicByType: [String: Int] = [:]
+        var nextDue: Date?
+        let pendingUnreadable = try reader.forEachPendingRecord { record in
+            pendingCount += 1
+            pendingByType[record.typeIdentifier, default: 0] += 1
+            if record.state == .running { running += 1 }
+            if record.repeating != nil {
+                periodicCount += 1
+                periodicByType[record.typeIdentifier, default: 0] += 1
+            }
+            let due = max(record.dueDate ?? now, now)
+            nextDue = min(nextDue ?? due, due)
+        }
+        let failed = try reader.failedRecords()
+        let failedByType = Dictionary(grouping: failed.records, by: \.typeIdentifier).mapValues(\.count)
+        let quarantined = try reader.quarantinedEntries()
         let holder = reader.lockHolder
-        let unreadable = Self.json(pending.unreadable, area: "pending") + Self.json(failed.unreadable, area: "failed")
+        let unreadable = Self.json(pendingUnreadable, area: "pending") + Self.json(failed.unreadable, area: "failed")
         if json {
             print(JSONValue.object([
                 ("store", .string(store.path)),
-                ("pending", .integer(Int64(pending.records.count))),
-                ("pendingByType", Self.countsByType(pending.records)),
+                ("pending", .integer(Int64(pendingCount))),
+                ("pendingByType", Self.countsByType(pendingByType)),
                 ("running", .integer(Int64(running))),
                 ("failed", .integer(Int64(failed.records.count))),
-                ("failedByType", Self.countsByType(failed.records)),
+                ("failedByType", Self.countsByType(failedByType)),
                 ("quarantined", .integer(Int64(quarantined.count))),
                 ("quarantinedEntries", .array(quarantined.map { .object([("name", .string($0.name)), ("reason", .string($0.reason))]) })),
                 ("unreadable", .array(unreadable)),
                 ("attemptsInFlight", .integer(Int64(running))),
                 ("lockFileProcess", holder.map { .integer(Int64($0.processIdentifier)) } ?? .null),
                 ("lockFileProcessIsRunning", holder.map { .bool($0.isRunning) } ?? .null),
-                ("periodic", .integer(Int64(periodic.count))),
-                ("periodicByType", Self.countsByType(periodic)),
+                ("periodic", .integer(Int64(periodicCount))),
+                ("periodicByType", Self.countsByType(periodicByType)),
                 ("nextDueDate", RecordPresentation.json(nextDue)),
             ]).rendered(pretty: true))
             return
         }
         print("store \(store.path)")
         var table = TextTable(headers: ["AREA", "COUNT", "BY TYPE"])
-        table.append(["pending", "\(pending.records.count)", Self.byTypeText(pending.records)])
+        table.append(["pending", "\(pendingCount)", Self.byTypeText(pendingByType)])
         table.append(["  running", "\(running)", "-"])
-        table.append(["  periodic", "\(periodic.count)", Self.byTypeText(periodic)])
-        table.append(["failed", "\(failed.records.count)", Self.byTypeText(failed.records)])
+        table.append(["  periodic", "\(periodicCount)", Self.byTypeText(periodicByType)])
+        table.append(["failed", "\(failed.records.count)", Self.byTypeText(failedByType)])
         table.append(["quarantined", "\(quarantined.count)", "-"])
         table.append(["unreadable", "\(unreadable.count)", "-"])
         print(table.rendered())
@@ -65,7 +78,7 @@ extension StoreInspector {
             print("quarantined entries:")
             for entry in quarantined { print("  \(entry.name): \(entry.reason ?? "(no reason recorded)")") }
         }
-        printUnreadable(pending.unreadable, area: "pending")
+        printUnreadable(pendingUnreadable, area: "pending")
         printUnreadable(failed.unreadable, area: "failed")
         // By the pending records' dates alone: prerequisites and run conditions are the app's to judge.
         print("next due: \(nextDue.map { $0 <= now ? "now" : RecordPresentation.text($0) } ?? "- (no pending records)")")
@@ -75,12 +88,11 @@ extension StoreInspector {
     }
 
     /// Counts per type identifier, sorted by identifier.
-    static func countsByType(_ records: [StoredOperationRecord]) -> JSONValue {
-        .object(Dictionary(grouping: records, by: \.typeIdentifier).sorted { $0.key < $1.key }.map { ($0.key, .integer(Int64($0.value.count))) })
+    static func countsByType(_ counts: [String: Int]) -> JSONValue {
+        .object(counts.sorted { $0.key < $1.key }.map { ($0.key, .integer(Int64($0.value))) })
     }
 
-    static func byTypeText(_ records: [StoredOperationRecord]) -> String {
-        let counts = Dictionary(grouping: records, by: \.typeIdentifier).sorted { $0.key < $1.key }
-        return counts.isEmpty ? "-" : counts.map { "\($0.key) \($0.value.count)" }.joined(separator: ", ")
+    static func byTypeText(_ counts: [String: Int]) -> String {
+        counts.isEmpty ? "-" : counts.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
     }
 }

@@ -99,6 +99,40 @@ struct ReadOnlyStoreTests {
     }
     #endif
 
+    @Test func eachPendingRecordReadOneAtATimeIsTheListsRecordButForItsGraphState() throws {
+        // Given a store with a prerequisite, its dependent and a record due in an hour
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let prerequisite = try makeRecord(index: 1)
+        var dependent = try makeRecord(index: 2)
+        dependent.prerequisites = [prerequisite.id]
+        var later = try makeRecord(index: 3)
+        later.notBefore = Date().addingTimeInterval(3600)
+        for record in [prerequisite, dependent, later] { try store.add(record) }
+        store.close()
+        // When the view reads them one at a time, and as a list
+        let view = try ReadOnlyPersistentStore(directory: directory.store)
+        var streamed: [PersistentOperationID: StoredOperationRecord] = [:]
+        let unreadable = try view.forEachPendingRecord { streamed[$0.id] = $0 }
+        let listed = try view.pendingRecords()
+        // Then both hold the same records with the same fields; only the list can tell that the
+        // dependent waits for its prerequisite
+        #expect(unreadable.isEmpty && listed.unreadable.isEmpty)
+        #expect(Set(streamed.keys) == Set(listed.records.map(\.id)) && streamed.count == 3)
+        for record in listed.records {
+            let one = try #require(streamed[record.id])
+            #expect(one.typeIdentifier == record.typeIdentifier && one.dueDate == record.dueDate && one.numberOfAttempts == record.numberOfAttempts)
+            #expect(one.state == (record.state == .waitingForPrerequisites ? .queued : record.state))
+        }
+        #expect(listed.records.first { $0.id.rawValue == dependent.id }?.state == .waitingForPrerequisites)
+        #expect(streamed.values.first { $0.id.rawValue == later.id }?.state == .scheduled)
+        // And the counts and the next due date, read the same way, agree with the list
+        let counts = try view.counts()
+        #expect(counts.pending == 3 && counts.pendingByType == [prerequisite.typeIdentifier: 3])
+        let now = Date()
+        #expect(try view.nextDueDate(now: now) == now)
+    }
+
     @Test func theViewReadsAStoreAnotherProcessHoldsAndNeverWrites() async throws {
         // Given a store with a pending record due later, a failed record and a corrupt file
         let directory = try TemporaryDirectory()
