@@ -16,5 +16,6 @@ enum BenchmarkRegistry {
         DependencyChainBenchmark(),   // P9
         ConditionBenchmark(),         // P10
         SQLiteComparisonBenchmark(),  // S1–S5
+        MillionPendingBenchmark(),    // M1–M4
     ]
 }

@@ -98,6 +98,11 @@ struct RestoreBenchmark: Benchmark {
         case bare
         /// Not a measurement: fills a new store, for profiling the other two by hand.
         case write
+        /// `ReadOnlyPersistentStore.counts()` of the store (M3).
+        case counts
+        /// Adds `COUNT` operations to a new store in this process (batches of 10,000, a
+        /// suspended queue) and keeps the queue open (M5: memory after adding).
+        case add
     }
 
     /// What a child process measured.
@@ -134,7 +139,7 @@ struct RestoreBenchmark: Benchmark {
     /// profiler can be run on `restore` or `bare` by hand.
     static func runChild(_ arguments: [String]) -> Never {
         guard arguments.count == 3, let side = Side(rawValue: arguments[0]), let count = Int(arguments[2]) else {
-            print("usage: \(childCommand) restore|bare|write DIRECTORY COUNT")
+            print("usage: \(childCommand) restore|bare|write|counts|add DIRECTORY COUNT")
             exit(64)
         }
         let directory = URL(fileURLWithPath: arguments[1])
@@ -158,6 +163,13 @@ struct RestoreBenchmark: Benchmark {
             case .write:
                 try StoreFixture.writePendingRecords(count, to: directory, producers: 16)
                 found = count
+            case .counts:
+                found = try ReadOnlyPersistentStore(directory: directory).counts().pending
+            case .add:
+                let queue = try StoreFixture.openQueue(directory, suspended: true)
+                try StoreFixture.addInBatches(count, to: queue)
+                found = try queue.counts().pending
+                result = queue
             }
             let seconds = Timing.seconds(from: start, to: Timing.now())
             guard found == count else {

@@ -83,6 +83,22 @@ final class SQLiteDatabase {
         }
     }
 
+    /// Calls `body` with the columns a queue indexes at launch (id, type, priority, enqueue
+    /// date, retries) of every row, in run order: no payload.
+    func forEachEntry(_ body: (_ id: String, _ type: String, _ priority: Int, _ enqueued: Double, _ retries: Int) throws -> Void) throws {
+        let select = try prepare("SELECT id, type, priority, enqueued, retries FROM operations ORDER BY priority DESC, enqueued")
+        defer { sqlite3_finalize(select) }
+        while true {
+            let result = sqlite3_step(select)
+            if result == SQLITE_DONE { return }
+            guard result == SQLITE_ROW else { throw failure("select") }
+            try body(
+                String(cString: sqlite3_column_text(select, 0)), String(cString: sqlite3_column_text(select, 1)),
+                Int(sqlite3_column_int64(select, 2)), sqlite3_column_double(select, 3), Int(sqlite3_column_int64(select, 4))
+            )
+        }
+    }
+
     /// Moves the WAL's contents into the database file and truncates the WAL, as a checkpoint
     /// after the app's work leaves it.
     func checkpoint() throws {
