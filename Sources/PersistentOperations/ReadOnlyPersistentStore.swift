@@ -138,8 +138,9 @@ public final class ReadOnlyPersistentStore: Sendable {
     /// records to tell; ``pendingRecords()`` sets it.
     ///
     /// ```swift
+    /// let view = try ReadOnlyPersistentStore(directory: URL(fileURLWithPath: "/var/app/store"))
     /// var running = 0
-    /// _ = try store.forEachPendingRecord { if $0.state == .running { running += 1 } }
+    /// _ = try view.forEachPendingRecord { if $0.state == .running { running += 1 } }
     /// ```
     package func forEachPendingRecord(_ body: (StoredOperationRecord) throws -> Void) throws -> [UnreadableEntry] {
         let evidence = store.attemptEvidence()
