@@ -70,15 +70,10 @@ final class SQLiteDatabase {
 
     /// Calls `body` with the id and payload bytes of every row, in enqueue order.
     func forEachOperation(_ body: (String, Data) throws -> Void) throws {
-        let select = try prepare("SELECT id, payload FROM operations ORDER BY priority DESC, enqueued")
-        defer { sqlite3_finalize(select) }
-        while true {
-            let result = sqlite3_step(select)
-            if result == SQLITE_DONE { return }
-            guard result == SQLITE_ROW else { throw failure("select") }
-            let id = String(cString: sqlite3_column_text(select, 0))
-            let count = Int(sqlite3_column_bytes(select, 1))
-            let payload = count == 0 ? Data() : Data(bytes: sqlite3_column_blob(select, 1), count: count)
+        try forEachRow("SELECT id, payload FROM operations ORDER BY priority DESC, enqueued") { row in
+            let id = String(cString: sqlite3_column_text(row, 0))
+            let count = Int(sqlite3_column_bytes(row, 1))
+            let payload = count == 0 ? Data() : Data(bytes: sqlite3_column_blob(row, 1), count: count)
             try body(id, payload)
         }
     }
@@ -86,16 +81,23 @@ final class SQLiteDatabase {
     /// Calls `body` with the columns a queue indexes at launch (id, type, priority, enqueue
     /// date, retries) of every row, in run order: no payload.
     func forEachEntry(_ body: (_ id: String, _ type: String, _ priority: Int, _ enqueued: Double, _ retries: Int) throws -> Void) throws {
-        let select = try prepare("SELECT id, type, priority, enqueued, retries FROM operations ORDER BY priority DESC, enqueued")
+        try forEachRow("SELECT id, type, priority, enqueued, retries FROM operations ORDER BY priority DESC, enqueued") { row in
+            try body(
+                String(cString: sqlite3_column_text(row, 0)), String(cString: sqlite3_column_text(row, 1)),
+                Int(sqlite3_column_int64(row, 2)), sqlite3_column_double(row, 3), Int(sqlite3_column_int64(row, 4))
+            )
+        }
+    }
+
+    /// Runs the query `sql` and calls `body` with the statement at each row.
+    private func forEachRow(_ sql: String, _ body: (OpaquePointer?) throws -> Void) throws {
+        let select = try prepare(sql)
         defer { sqlite3_finalize(select) }
         while true {
             let result = sqlite3_step(select)
             if result == SQLITE_DONE { return }
             guard result == SQLITE_ROW else { throw failure("select") }
-            try body(
-                String(cString: sqlite3_column_text(select, 0)), String(cString: sqlite3_column_text(select, 1)),
-                Int(sqlite3_column_int64(select, 2)), sqlite3_column_double(select, 3), Int(sqlite3_column_int64(select, 4))
-            )
+            try body(select)
         }
     }
 
