@@ -264,11 +264,15 @@ struct JournalStoreTests {
     @Test
     func removalsRideAlongWithTheNextFlush() async throws {
         // Given a store whose flushes are counted (and whose timer would flush a lone removal
-        // after 10 s only, so that only the flushes the changes ask for are counted)
+        // after 10 s only, and which does not compact by itself — a store drained past 256 KiB
+        // starts over, with flushes of its own — so that only the flushes the changes ask for
+        // are counted)
         let directory = try TemporaryDirectory()
         let flushes = Locked(0)
         let fileSystem = FileSystem.countingFlushes(flushes)
-        let store = try JournalStore(directory: directory.store, configuration: .init(flushDelay: 10, fileSystem: fileSystem))
+        let store = try JournalStore(
+            directory: directory.store, configuration: .init(compactsAutomatically: false, flushDelay: 10, fileSystem: fileSystem)
+        )
         defer { store.close() }
         flushes.withLock { $0 = 0 }   // (the open's: the segment header, the space reserve)
 
