@@ -115,17 +115,20 @@ public final class ReadOnlyPersistentStore: Sendable {
     /// - Throws: ``PersistenceError`` when the area cannot be listed.
     public func pendingRecords() throws -> RecordList {
         let report = try store.loadPending()
+        let stored = pendingRecordView()
+        return RecordList(
+            records: StoredOperationRecord.linkingGraph(of: report.records.map(stored)),
+            unreadable: report.skipped.map(UnreadableEntry.init)
+        )
+    }
+
+    /// Makes the view of a pending record: with what its attempt marker says, and whether a
+    /// process holds the store, as of now.
+    private func pendingRecordView() -> (OperationRecord) -> StoredOperationRecord {
         let evidence = store.attemptEvidence()
         let isStoreHeld = isHeldByAProcess
         let now = Date()
-        return RecordList(
-            records: StoredOperationRecord.linkingGraph(of: report.records.map {
-                StoredOperationRecord(
-                    $0, area: .pending, isStoreHeld: isStoreHeld, now: now, evidence: evidence[$0.id]
-                )
-            }),
-            unreadable: report.skipped.map(UnreadableEntry.init)
-        )
+        return { StoredOperationRecord($0, area: .pending, isStoreHeld: isStoreHeld, now: now, evidence: evidence[$0.id]) }
     }
 
     /// Hands each readable pending record to `body` as it is read, in no particular order,
@@ -143,12 +146,8 @@ public final class ReadOnlyPersistentStore: Sendable {
     /// _ = try view.forEachPendingRecord { if $0.state == .running { running += 1 } }
     /// ```
     package func forEachPendingRecord(_ body: (StoredOperationRecord) throws -> Void) throws -> [UnreadableEntry] {
-        let evidence = store.attemptEvidence()
-        let isStoreHeld = isHeldByAProcess
-        let now = Date()
-        let report = try store.loadPending { record in
-            try body(StoredOperationRecord(record, area: .pending, isStoreHeld: isStoreHeld, now: now, evidence: evidence[record.id]))
-        }
+        let stored = pendingRecordView()
+        let report = try store.loadPending { try body(stored($0)) }
         return report.skipped.map(UnreadableEntry.init)
     }
 
