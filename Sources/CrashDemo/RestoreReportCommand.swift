@@ -1,14 +1,18 @@
 import Foundation
+import RetryingOperation
 import PersistentOperations
 
-/// Restores a store without running anything and prints the restore report as JSON, so a
-/// test can feed a store of damaged files to a process of its own: if anything in restore
-/// trapped, the child would die, not the test runner.
+/// Restores a store and builds every restored operation (decoding its payload, which a restore
+/// itself does not), without running anything, and prints what happened as JSON, so a test
+/// can feed a store of damaged files to a process of its own: if anything in restoring or
+/// building trapped, the child would die, not the test runner.
 ///
 ///     crash-demo restore-report --store DIR
 ///
 /// Output: `{"restored": [ID], "quarantined": [{"name", "reason"}], "newerFormatVersions":
 /// [{"name", "reason"}], "unknownTypes": [ID], "movedToFailedAfterCrashes": [ID], "expired": [ID]}`.
+/// `quarantined` lists what the restore quarantined, then the records whose operations could
+/// not be built (their payloads do not decode), which `restored` then leaves out.
 struct RestoreReportCommand {
     var store: URL
 
@@ -31,11 +35,19 @@ struct RestoreReportCommand {
         operationQueue.isSuspended = true
         let queue = try PersistentOperationQueue(directory: store, operationQueue: operationQueue)
         queue.register(DemoUpload.self)
+        let quarantinedWhenBuilt = Locked<[Output.Entry]>([])
         let report = try queue.restore()
+        queue.eventHandler = { event in
+            if case .quarantined(let name, let reason) = event {
+                quarantinedWhenBuilt.withLock { $0.append(Output.Entry(name: name, reason: reason)) }
+            }
+        }
+        // Listing the operations builds each one; those that cannot be built are quarantined.
+        let built = Set(queue.operations().map(\.id))
         queue.close()
         let output = Output(
-            restored: report.restored.map(\.rawValue),
-            quarantined: report.quarantined.map { Output.Entry(name: $0.name, reason: $0.reason) },
+            restored: report.restored.filter(built.contains).map(\.rawValue),
+            quarantined: report.quarantined.map { Output.Entry(name: $0.name, reason: $0.reason) } + quarantinedWhenBuilt.withLock { $0 },
             newerFormatVersions: report.newerFormatVersions.map { Output.Entry(name: $0.name, reason: $0.reason) },
             unknownTypes: report.unknownTypes.map(\.id.rawValue),
             movedToFailedAfterCrashes: report.movedToFailedAfterCrashes.map(\.rawValue),

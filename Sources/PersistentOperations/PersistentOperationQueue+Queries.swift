@@ -353,8 +353,9 @@ extension PersistentOperationQueue {
         var report = RestoreReport()
         var requeued: [RestoredRecord] = []
         for record in records {
-            // Built when due, like a restored record (its retry count was reset by the requeue).
-            guard isRebuildable(record, report: &report) else { continue }
+            // Built when due, like a restored record (its retry count was reset by the requeue);
+            // its payload is checked now, so that a re-queue of a few records reports a bad one.
+            guard isRebuildable(record, checkingPayload: true, report: &report) else { continue }
             hub.emit(.enqueued(PersistentOperationID(record: record.id), typeIdentifier: record.typeIdentifier))
             trackRestored(record)
             requeued.append(RestoredRecord(

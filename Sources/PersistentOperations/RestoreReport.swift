@@ -37,8 +37,12 @@ public struct RestoreReport: Sendable, Hashable {
     /// kept on disk and never run, until ``PersistentOperationQueue/register(_:as:)`` registers
     /// one under each name. Register conditions before `restore()` to avoid this.
     public var unknownConditions: [UnknownConditionRecord] = []
-    /// Entries that were corrupt, truncated, oversized, not regular files, or whose payload
-    /// did not decode; they were moved to the quarantine area.
+    /// Entries that were corrupt, truncated, oversized or not regular files; they were moved
+    /// to the quarantine area.
+    ///
+    /// A restore does not decode payloads: a record whose payload does not decode as its
+    /// type's `Payload` is restored, then quarantined when its operation is built, and
+    /// reported only by ``PersistentOperationEvent/quarantined(entryName:reason:)``.
     public var quarantined: [Entry] = []
     /// Records of types that were never registered with ``PersistentOperationQueue/register(_:)``:
     /// kept on disk untouched, never run or deleted.

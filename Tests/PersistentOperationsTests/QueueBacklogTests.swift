@@ -104,7 +104,46 @@ struct QueueBacklogTests {
         #expect(try second.pendingRecords().isEmpty)
         #expect(try second.queue.counts().quarantined == 1)
         #expect(second.deliveredEvents().contains {
-            if case .quarantined(_, let reason) = $0 { return reason.contains("could not be rebuilt") }
+            if case .quarantined(_, let reason) = $0 { return reason.contains("the payload does not decode as") }
+            return false
+        })
+    }
+
+    @Test func aRestoredPrerequisiteWhosePayloadNoLongerDecodesTakesItsDependentToTheFailedArea() async throws {
+        // Given an upload and a note that depends on it, stored by one launch
+        let first = try QueueFixture(suspended: true)
+        first.queue.register(BuildCountingNote.self)
+        let upload = first.upload("u")
+        try first.queue.addOperation(upload)
+        let note = BuildCountingNote(payload: UploadPayload(name: "n", journal: first.journal))
+        note.addDependency(upload)
+        try first.queue.addOperation(note)
+        let uploadID = try #require(first.queue.identifier(of: upload))
+        let noteID = try #require(first.queue.identifier(of: note))
+        first.queue.close()
+
+        // When the next launch restores them with the upload's identifier registered for a
+        // type its payload does not decode as (a restore does not decode payloads)
+        let second = try QueueFixture(suspended: true, directory: first.directory, journal: first.journal)
+        second.queue.register(BuildCountingNote.self)
+        second.queue.register(OtherShape.self)
+        let report = try second.queue.restore()
+        #expect(Set(report.restored) == [uploadID, noteID])
+        #expect(report.quarantined.isEmpty)
+        second.queue.operationQueue.isSuspended = false
+        await second.queue.allOperationsFinished()
+
+        // Then the upload is quarantined when it is built, and the note, never run, fails naming it
+        #expect(try second.queue.counts().quarantined == 1)
+        #expect(!second.lines.contains("n ran"))
+        let failed = try second.queue.failedOperations()
+        #expect(failed.map(\.id) == [noteID])
+        #expect(failed.first?.failedPrerequisite == uploadID)
+        #expect(try second.pendingRecords().isEmpty)
+        let events = second.deliveredEvents()
+        #expect(events.contains(.abandoned(noteID, prerequisite: uploadID)))
+        #expect(events.contains {
+            if case .quarantined(_, let reason) = $0 { return reason.contains("the payload does not decode as") }
             return false
         })
     }

@@ -1,8 +1,8 @@
 import Foundation
 
 // Restore: the records an earlier run left pending are read one at a time, checked (type
-// registered, payload decodes, crash-loop count), tracked as small entries and scheduled in run
-// order; each operation is built only when its first attempt starts.
+// registered, crash-loop count, expiry), tracked as small entries and scheduled in run order;
+// each payload is decoded, and its operation built, only when its first attempt starts.
 
 extension PersistentOperationQueue {
     /// Re-adds every operation an earlier run left pending, and reports what could not be.
@@ -14,8 +14,11 @@ extension PersistentOperationQueue {
     /// next-attempt date. An attempt that was running when the process died runs again.
     ///
     /// Nothing in the store can crash the process or stop the other records from running:
-    /// - corrupt, truncated, oversized or non-file entries, and records whose payload does
-    ///   not decode, are moved to the quarantine area (``RestoreReport/quarantined``);
+    /// - corrupt, truncated, oversized or non-file entries are moved to the quarantine area
+    ///   (``RestoreReport/quarantined``); a payload is decoded only when its operation is
+    ///   built (when its first attempt starts, or a query asks for it), so a record whose
+    ///   payload does not decode is quarantined then, reported by
+    ///   ``PersistentOperationEvent/quarantined(entryName:reason:)``, and its dependents fail;
     /// - records of unregistered types are left on disk untouched (``RestoreReport/unknownTypes``);
     /// - an operation that crashed the process ``Configuration/crashLoopLimit`` times while
     ///   its attempt was the only one in flight — or got it killed that many launches in a
@@ -245,9 +248,9 @@ extension PersistentOperationQueue {
         }
     }
 
-    /// Tracks one restored record, unless it crash-looped (moved to the failed area) or
-    /// cannot be rebuilt (reported); the payload is decoded to check it, but the operation is
-    /// built only when its first attempt starts.
+    /// Tracks one restored record, unless it crash-looped (moved to the failed area) or its
+    /// type is not registered (reported); its payload is decoded, and the operation built,
+    /// only when its first attempt starts.
     private func admitRestored(_ record: OperationRecord, suspect: CrashSuspect?, now: Date, into restored: inout [RestoredRecord], report: inout RestoreReport) {
         var suspect = suspect
         if suspect != nil, record.isBetweenPeriods, let due = record.dueDate, due > now {
@@ -280,7 +283,9 @@ extension PersistentOperationQueue {
             failRestored(record, suspect: suspect, reason: reason, lastError: reason, what: "an expired record", listedIn: \.expired, report: &report)
             return
         }
-        guard isRebuildable(record, report: &report) else { return }
+        // Its payload is decoded when the operation is built, not here: a restore reads only
+        // what scheduling needs (see `operation(for:)` for a payload that no longer decodes).
+        guard isRebuildable(record, checkingPayload: false, report: &report) else { return }
         trackRestored(record, suspect: suspect)
         restored.append(RestoredRecord(
             id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate,
@@ -310,11 +315,12 @@ extension PersistentOperationQueue {
         }
     }
 
-    /// Whether a readable pending record's type is registered and its payload decodes;
-    /// records why not: an unknown type (left untouched) or a payload that does not decode
-    /// (quarantined).
-    func isRebuildable(_ record: OperationRecord, report: inout RestoreReport) -> Bool {
+    /// Whether a readable pending record's type is registered and (when `checkingPayload`)
+    /// its payload decodes; records why not: an unknown type (left untouched) or a payload
+    /// that does not decode (quarantined).
+    func isRebuildable(_ record: OperationRecord, checkingPayload: Bool, report: inout RestoreReport) -> Bool {
         guard let type = registeredType(of: record, report: &report) else { return false }
+        guard checkingPayload else { return true }
         do {
             try type.checkPayload(record.payload)
         } catch {

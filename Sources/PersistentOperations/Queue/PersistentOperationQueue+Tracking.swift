@@ -96,8 +96,10 @@ extension PersistentOperationQueue {
     /// The live operation of `id`, built from its record first if it has not been yet.
     ///
     /// Returns `nil` when the queue no longer tracks `id`, or when the operation cannot be
-    /// built (its type was unregistered, or its payload no longer decodes): the record is
-    /// then quarantined and the entry forgotten.
+    /// built (its type was unregistered, its record was damaged on disk, or its payload does
+    /// not decode — a restore does not decode payloads, so this is where a bad one is found):
+    /// the record is then quarantined, the event emitted, its dependents fail, and the entry
+    /// is forgotten.
     func operation(for id: String) -> Operation? {
         let found = state.withLock { state -> (operation: Operation?, entry: Entry?, type: RegisteredType?) in
             guard let entry = state.entries[id] else { return (nil, nil, nil) }
@@ -119,11 +121,18 @@ extension PersistentOperationQueue {
             guard let type = found.type else {
                 throw PersistenceError(.unknownType, "\"\(record.typeIdentifier)\" is no longer registered")
             }
-            built = try type.makeOperation(record.payload)
+            do {
+                built = try type.makeOperation(record.payload)
+            } catch {
+                // Checked here, not by the restore: a restore reads only what scheduling needs.
+                guard state.withLock({ $0.entries[id] != nil }) else { return nil }
+                quarantineUnbuildable(record, reason: "the payload does not decode as \"\(record.typeIdentifier)\": \(error)")
+                return nil
+            }
         } catch {
             // Cancelled and forgotten meanwhile (its record removed): nothing to quarantine.
             guard state.withLock({ $0.entries[id] != nil }) else { return nil }
-            quarantineUnbuildable(record, error: error)
+            quarantineUnbuildable(record, reason: "the operation could not be rebuilt from its record: \(error)")
             return nil
         }
         built.queuePriority = Operation.QueuePriority(rawValue: record.priority) ?? .normal
@@ -153,10 +162,9 @@ extension PersistentOperationQueue {
         }
     }
 
-    /// Quarantines the record of an operation that could not be built, and forgets it; its
-    /// dependents fail, naming it.
-    private func quarantineUnbuildable(_ record: OperationRecord, error: any Error) {
-        let reason = "the operation could not be rebuilt from its record: \(error)"
+    /// Quarantines the record of an operation that could not be built, for `reason`, and
+    /// forgets it; its dependents fail, naming it.
+    private func quarantineUnbuildable(_ record: OperationRecord, reason: String) {
         graphLock.lock()
         failedAreaLock.lock()
         let dependents = state.withLock { beginEnding(record.id, as: .failed, in: &$0) }
