@@ -77,21 +77,80 @@ struct JournalStoreTests {
     }
 
     @Test
-    func pendingRecordsStreamInEnqueueOrder() throws {
-        // Given records added out of enqueue order
+    func aRecordRemovedOrRewrittenWhileItsWindowIsReadIsSkippedOrReadAsItIsNow() throws {
+        // Given three pending records, in a store whose next read removes the first and
+        // rewrites the second while it reads
         let directory = try TemporaryDirectory()
-        let store = try JournalStore(directory: directory.store)
+        let duringRead = Locked<(@Sendable () -> Void)?>(nil)
+        var fileSystem = FileSystem.system
+        let readAt = fileSystem.readAt
+        fileSystem.readAt = { descriptor, buffer, offset in
+            let read = try readAt(descriptor, buffer, offset)
+            duringRead.withLock { action in
+                defer { action = nil }
+                return action
+            }?()
+            return read
+        }
+        let store = try JournalStore(directory: directory.store, configuration: JournalStore.Configuration(fileSystem: fileSystem))
         defer { store.close() }
-        for sequence in [5, 1, 4, 2, 3] as [UInt64] {
-            try store.add(try makeRecord(index: Int(sequence), sequence: sequence))
+        let records = try (1...3).map { index in try makeRecord(index: index, sequence: UInt64(index)) }
+        for record in records { try store.add(record) }
+        var rewritten = records[1]
+        rewritten.numberOfRetries = 4
+        let rewrite = rewritten
+        duringRead.withLock { action in
+            action = {
+                try? store.removePending(id: records[0].id)
+                try? store.update(rewrite)
+            }
         }
 
         // When they are streamed
-        var sequences: [UInt64] = []
-        let unreadable = try store.forEachPendingRecord { sequences.append($0.enqueueSequence) }
+        var streamed: [OperationRecord] = []
+        let unreadable = try store.forEachPendingRecord { streamed.append($0) }
 
-        // Then they come in enqueue order
-        #expect(sequences == [1, 2, 3, 4, 5])
+        // Then the removed one is skipped, the rewritten one comes as it is now, the third as it was
+        #expect(streamed.map(\.id) == [records[2].id, records[1].id] || streamed.map(\.id) == [records[1].id, records[2].id])
+        #expect(streamed.first { $0.id == records[1].id }?.numberOfRetries == 4)
+        #expect(unreadable.isEmpty)
+        #expect(duringRead.withLock { $0 == nil })
+    }
+
+    @Test
+    func pendingRecordsStreamInTheOrderTheyLieWithOneReadAWindow() throws {
+        // Given records added out of enqueue order, one removed and one rewritten after them,
+        // in a store that counts its reads
+        let directory = try TemporaryDirectory()
+        let reads = Locked(0)
+        var fileSystem = FileSystem.system
+        let readAt = fileSystem.readAt
+        fileSystem.readAt = { descriptor, buffer, offset in
+            reads.withLock { $0 += 1 }
+            return try readAt(descriptor, buffer, offset)
+        }
+        let store = try JournalStore(directory: directory.store, configuration: JournalStore.Configuration(fileSystem: fileSystem))
+        defer { store.close() }
+        var records: [OperationRecord] = []
+        for sequence in [5, 1, 4, 2, 3, 6] as [UInt64] {
+            records.append(try makeRecord(index: Int(sequence), sequence: sequence))
+            try store.add(records.last!)
+        }
+        try store.removePending(id: records[2].id)
+        var rewritten = records[0]
+        rewritten.numberOfRetries = 7
+        try store.update(rewritten)
+
+        // When they are streamed
+        let before = reads.withLock { $0 }
+        var streamed: [(sequence: UInt64, retries: Int)] = []
+        let unreadable = try store.forEachPendingRecord { streamed.append(($0.enqueueSequence, $0.numberOfRetries)) }
+
+        // Then each pending record comes once, as it is now, in the order they lie in the
+        // segment (the rewritten one last), read in one window
+        #expect(streamed.map(\.sequence) == [1, 2, 3, 6, 5])
+        #expect(streamed.last?.retries == 7)
+        #expect(reads.withLock { $0 } - before == 1)
         #expect(unreadable.isEmpty)
     }
 

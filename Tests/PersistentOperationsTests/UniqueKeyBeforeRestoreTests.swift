@@ -102,7 +102,7 @@ struct UniqueKeyBeforeRestoreTests {
 
     @Test func onlyTheFirstAddWithAUniqueKeyReadsTheStoredRecords() async throws {
         // Given a launch that left an operation with a key pending, and a next launch that
-        // counts the reads of stored records (one `pread` each from the journal)
+        // counts the reads of stored records (`pread`s from the journal)
         let first = try QueueFixture(suspended: true)
         try first.queue.addOperation(first.upload("stored"), options: EnqueueOptions(uniqueKey: "k0"))
         let listings = Locked(0)
@@ -124,9 +124,10 @@ struct UniqueKeyBeforeRestoreTests {
         try second.queue.addOperation(second.upload("plain-again"))
         let kept = try second.queue.addOperation(second.upload("duplicate"), options: EnqueueOptions(uniqueKey: "k0"))
 
-        // Then the stored keys were read once, by the first add with a key: one read for each
-        // record stored by then (the one left, and the three plain adds)
-        #expect(afterKeyed == afterPlain + 4)
+        // Then the stored keys were read once, by the first add with a key: the records
+        // stored by then (the one left, and the three plain adds) lie together in the
+        // journal's segment, and are read in one window
+        #expect(afterKeyed == afterPlain + 1)
         #expect(listings.withLock { $0 } == afterKeyed)
         #expect(kept.disposition == .keptExisting)
         second.queue.cancelAllOperations()

@@ -291,34 +291,96 @@ package final class JournalStore: Sendable {
         try read(id: id, in: .failed)
     }
 
-    /// Calls `body` with each pending record, in enqueue order, reading them one at a time.
-    /// Records changed or removed meanwhile are read as they are when their turn comes.
+    /// Calls `body` with each pending record, in the order they lie in the segments (no
+    /// particular order of their own), read a window of up to ``readWindow`` bytes at a time:
+    /// a few large sequential reads rather than one `pread` a record. Records changed or
+    /// removed meanwhile are read as they are when their turn comes.
     ///
     /// - Returns: the records that could not be read, with the reason.
     @discardableResult
     package func forEachPendingRecord(_ body: (OperationRecord) throws -> Void) throws -> [LoadReport.Entry] {
-        // Identifiers and sequences only (24 bytes a record): a filtered copy of the index
-        // would hold every index entry of the area a second time.
-        let order = state.withLock { state in
-            var order: [(id: UUID, sequence: UInt64)] = []
-            order.reserveCapacity(state.index.pendingCount)
+        // Where each pending record lies (40 bytes a record), in the segments' order: a
+        // filtered copy of the index would hold every index entry of the area a second time.
+        var (files, order) = state.withLock { state -> ([JournalSegmentFile], [LocatedRecord]) in
+            let names = state.segments.keys.sorted()
+            let ordinals = Dictionary(uniqueKeysWithValues: names.enumerated().map { ($0.element, Int32($0.offset)) })
+            var located: [LocatedRecord] = []
+            located.reserveCapacity(state.index.pendingCount)
             for (id, entry) in state.index.entries where entry.area == .pending {
-                order.append((id, entry.enqueueSequence))
+                // A record whose segment is gone cannot be read: `read(uuid:in:)` says so below.
+                let segment = ordinals[entry.location.segment] ?? -1
+                located.append(LocatedRecord(id: id, segment: segment, offset: entry.location.offset, length: entry.location.length))
             }
-            order.sort { $0.sequence < $1.sequence }
-            return order
+            return (names.map { state.segments[$0]! }, located)
         }
+        order.sort { ($0.segment, $0.offset) < ($1.segment, $1.offset) }
         var unreadable: [LoadReport.Entry] = []
-        for (id, _) in order {
+        func deliver(_ id: UUID, _ read: () throws -> OperationRecord) throws {
             do {
-                try body(try read(uuid: id, in: .pending))
+                try body(try read())
             } catch let error as PersistenceError where error.code == .recordNotFound {
-                continue
+                return
             } catch let error as PersistenceError where error.code == .corruptRecord || error.code == .readFailed {
                 unreadable.append(.init(name: id.uuidString, reason: error.message, code: error.code))
             }
         }
+        var first = 0
+        while first < order.count {
+            let segment = order[first].segment
+            let start = order[first].offset
+            var end = first + 1
+            while end < order.count, order[end].segment == segment, order[end].offset + Int64(order[end].length) - start <= Int64(Self.readWindow) {
+                end += 1
+            }
+            defer { first = end }
+            let window = order[first..<end]
+            guard segment >= 0, let last = window.last else {
+                for record in window { try deliver(record.id) { try read(uuid: record.id, in: .pending) } }
+                continue
+            }
+            let file = files[Int(segment)]
+            let bytes: Data
+            do {
+                bytes = try file.read(count: Int(last.offset - start) + Int(last.length), at: start)
+            } catch {
+                for record in window { try deliver(record.id) { try read(uuid: record.id, in: .pending) } }
+                continue
+            }
+            // Still where they were listed, once read? (Bytes once written never change in
+            // place. A record removed meanwhile is skipped; one rewritten or compacted is read
+            // where it is now, alone.)
+            let locations = state.withLock { state in
+                window.map { record in state.index.entries[record.id].flatMap { $0.area == .pending ? $0.location : nil } }
+            }
+            for (record, location) in zip(window, locations) {
+                guard let location else { continue }
+                guard location.segment == file.name, location.offset == record.offset, location.length == record.length else {
+                    try deliver(record.id) { try read(uuid: record.id, in: .pending) }
+                    continue
+                }
+                let from = Int(record.offset - start)
+                try deliver(record.id) {
+                    try RecordFormat.decode(
+                        recordBytes(location, in: file, from: bytes.subdata(in: from..<(from + Int(record.length)))),
+                        maximumSize: configuration.maximumRecordSize
+                    )
+                }
+            }
+        }
         return unreadable
+    }
+
+    /// The most bytes ``forEachPendingRecord(_:)`` reads at once (a record larger than this is
+    /// read alone).
+    static let readWindow = 1 << 20
+
+    /// Where a pending record lies, for ``forEachPendingRecord(_:)``: `segment` is the
+    /// position of its segment's name in sorted order, -1 when the segment is not open.
+    private struct LocatedRecord {
+        var id: UUID
+        var segment: Int32
+        var offset: Int64
+        var length: Int32
     }
 
     /// Every pending record, in run order, with what open found.
@@ -378,7 +440,12 @@ package final class JournalStore: Sendable {
 
     /// The record bytes at `location`: one read, and for a whole frame its checks.
     func recordBytes(at location: JournalIndex.Location, in file: JournalSegmentFile) throws -> Data {
-        let bytes = try file.read(count: Int(location.length), at: location.offset)
+        try recordBytes(location, in: file, from: try file.read(count: Int(location.length), at: location.offset))
+    }
+
+    /// The record of `bytes`, read from `location` in `file`: for a whole frame, its body once
+    /// its checks pass.
+    func recordBytes(_ location: JournalIndex.Location, in file: JournalSegmentFile, from bytes: Data) throws -> Data {
         guard location.isFrame else { return bytes }
         let verified = bytes.withUnsafeBytes { raw in
             JournalFrame.verify(raw.bindMemory(to: UInt8.self), at: 0, salt: file.salt, maximumSize: configuration.maximumFrameSize)
