@@ -42,7 +42,6 @@ struct OperationGraphTests {
         // Given an unbounded queue and 10 diamonds (album ← two photos ← publish) whose album
         // retries once counted and once uncounted before it succeeds
         let fixture = try QueueFixture(maxConcurrent: -1)
-        var events = fixture.queue.events.makeAsyncIterator()
         var edges: [(prerequisite: Operation, dependent: Operation)] = []
         var ids: [ObjectIdentifier: PersistentOperationID] = [:]
         func make(_ name: String, _ steps: [UploadStep] = [.succeed]) -> RetryingOperation {
@@ -66,12 +65,12 @@ struct OperationGraphTests {
             }
             try add(publish)
         }
-        // When the clock lets every retry through
+        // When the clock lets every retry through, once the ten albums' waits are all in the
+        // queue's timer (a `retryScheduled` event comes before its wait's timer is set: a clock
+        // moved on the event alone may pass before the timer is set, which then never fires)
         for _ in 0..<2 {
-            var waiting = 0
-            while waiting < 10, let event = await events.next() {
-                if case .retryScheduled = event { waiting += 1 }
-            }
+            let due = fixture.clock.now.addingTimeInterval(1)
+            #expect(try await eventually { fixture.queue.timer.scheduledDates.filter { $0 == due }.count == 10 })
             fixture.clock.advance(by: 1)
         }
         await fixture.queue.allOperationsFinished()

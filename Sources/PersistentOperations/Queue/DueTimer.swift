@@ -51,6 +51,13 @@ final class DueTimer: RetryScheduler, @unchecked Sendable {
 
     var now: Date { base.now }
 
+    /// The due dates of the calls neither made nor cancelled yet, in no particular order: a
+    /// test moves a manual clock once the wait it means to end is in the timer (an event such
+    /// as `retryScheduled` is emitted before the operation sets its retry's timer).
+    var scheduledDates: [Date] {
+        state.withLock { state in state.heap.elements.filter { state.live.contains($0.sequence) }.map(\.due) }
+    }
+
     func schedule(after delay: TimeInterval, _ action: @escaping @Sendable () -> Void) -> any ScheduledRetry {
         schedule(at: base.now.addingTimeInterval(max(0, delay)), action)
     }

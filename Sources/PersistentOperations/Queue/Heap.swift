@@ -1,6 +1,7 @@
 /// A binary min-heap ordered by `areInIncreasingOrder`.
 struct Heap<Element: Sendable>: Sendable {
-    private var elements: [Element] = []
+    /// The elements in heap order: the first is the smallest, the rest in no sorted order.
+    private(set) var elements: [Element] = []
     private let areInIncreasingOrder: @Sendable (Element, Element) -> Bool
 
     init(by areInIncreasingOrder: @escaping @Sendable (Element, Element) -> Bool) {
