@@ -39,6 +39,17 @@ package enum BinaryPropertyListReader {
         return graph.value(at: graph.topObject)
     }
 
+    /// Verifies `data` as ``value(from:)`` does and returns the entries of its top object, a
+    /// dictionary, in the order they are stored (`nil` when the top object is not a
+    /// dictionary): no dictionary is built for the top level, so a reader that looks at each
+    /// entry once (a record) hashes no key.
+    package static func topLevelEntries(from data: Data) throws(Rejection) -> [(key: String, value: PropertyListValue)]? {
+        let bytes = [UInt8](data)
+        let graph = try ObjectGraph(bytes: bytes)
+        try graph.verifyReachableStructure()
+        return graph.entries(at: graph.topObject)
+    }
+
     /// Verifies `data` without building values; throws the reason when it is rejected.
     package static func verify(_ data: Data) throws(Rejection) {
         let graph = try ObjectGraph(bytes: [UInt8](data))
@@ -93,16 +104,46 @@ private struct ObjectGraph {
         }
         for object in objects {
             if case .dictionary(let keys, _) = object {
-                var names = Set<String>(minimumCapacity: keys.count)
-                for key in keys {
-                    guard case .scalar(.string(let name)) = objects[key] else { throw reject("dictionary key is not a string") }
-                    guard names.insert(name).inserted else { throw reject("duplicate dictionary key") }
-                }
+                try Self.checkKeys(keys, of: objects)
             }
         }
         self.bytes = bytes
         self.objects = objects
         self.topObject = Int(topObject)
+    }
+
+    /// Rejects a dictionary whose keys are not all strings, or not all different. A record's
+    /// few keys are compared pair by pair (hashing each would cost more); many, through a set.
+    private static func checkKeys(_ keys: [Int], of objects: [Object]) throws(BinaryPropertyListReader.Rejection) {
+        var names: [String] = []
+        names.reserveCapacity(keys.count)
+        for key in keys {
+            guard case .scalar(.string(let name)) = objects[key] else { throw reject("dictionary key is not a string") }
+            names.append(name)
+        }
+        if names.count <= 32 {
+            for index in names.indices {
+                for other in names.indices where other > index && names[other] == names[index] {
+                    throw reject("duplicate dictionary key")
+                }
+            }
+        } else if Set(names).count != names.count {
+            throw reject("duplicate dictionary key")
+        }
+    }
+
+    /// The entries of the dictionary at `index`, in stored order, or `nil` when it is not a
+    /// dictionary; only called after ``verifyReachableStructure()``.
+    func entries(at index: Int) -> [(key: String, value: PropertyListValue)]? {
+        guard case .dictionary(let keys, let values) = objects[index] else { return nil }
+        var entries: [(key: String, value: PropertyListValue)] = []
+        entries.reserveCapacity(keys.count)
+        for (key, value) in zip(keys, values) {
+            if case .scalar(.string(let name)) = objects[key] {
+                entries.append((name, self.value(at: value)))
+            }
+        }
+        return entries
     }
 
     /// Walks the graph from the top object without recursion: rejects cycles, deep nesting

@@ -48,30 +48,66 @@ extension OperationRecord {
     /// - Throws: ``PersistenceError/Code/corruptRecord`` naming the first missing or
     ///   mistyped field.
     init(propertyListValue value: PropertyListValue, headerVersion: Int) throws {
-        guard case .dictionary(let entries) = value else {
+        guard case .dictionary(let dictionary) = value else {
             throw Self.invalid("the body is not a dictionary")
         }
-        func required<T>(_ key: String, _ convert: (PropertyListValue) -> T?) throws -> T {
-            guard let entry = entries[key] else { throw Self.invalid("field \"\(key)\" is missing") }
-            guard let converted = convert(entry) else { throw Self.invalid("field \"\(key)\" has the wrong type") }
+        try self.init(fields: Fields(dictionary.lazy.map { ($0.key, $0.value) }), headerVersion: headerVersion)
+    }
+
+    /// Reads a record from the entries of a verified property-list body's top dictionary
+    /// (``BinaryPropertyListReader/topLevelEntries(from:)``); see ``init(propertyListValue:headerVersion:)``.
+    init(topLevelEntries entries: [(key: String, value: PropertyListValue)], headerVersion: Int) throws {
+        try self.init(fields: Fields(entries), headerVersion: headerVersion)
+    }
+
+    /// The values of a body's known keys: each entry's key is looked up once as the entries
+    /// are read, and each field then read by its position (a record is read field by field,
+    /// about 25 reads, most of them of absent fields).
+    struct Fields {
+        /// A field a record body may hold (its key is ``name``).
+        enum Key: Int, CaseIterable {
+            case formatVersion, id, typeIdentifier, payload, priority, enqueueSequence, enqueuedAt, notBefore, tags, uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription, failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions, repeatInterval, repeatFlex, periodTarget, completedPeriods
+
+            /// The key in the property list.
+            var name: String { Self.names[rawValue] }
+
+            private static let names = allCases.map { String(describing: $0) }
+            fileprivate static let byName = Dictionary(uniqueKeysWithValues: allCases.map { ($0.name, $0) })
+        }
+
+        private var values: [PropertyListValue?] = Array(repeating: nil, count: Key.allCases.count)
+
+        init<Entries: Sequence<(String, PropertyListValue)>>(_ entries: Entries) {
+            for (name, value) in entries {
+                if let key = Key.byName[name] { values[key.rawValue] = value }
+            }
+        }
+
+        subscript(key: Key) -> PropertyListValue? { values[key.rawValue] }
+    }
+
+    private init(fields entries: Fields, headerVersion: Int) throws {
+        func required<T>(_ key: Fields.Key, _ convert: (PropertyListValue) -> T?) throws -> T {
+            guard let entry = entries[key] else { throw Self.invalid("field \"\(key.name)\" is missing") }
+            guard let converted = convert(entry) else { throw Self.invalid("field \"\(key.name)\" has the wrong type") }
             return converted
         }
-        func optional<T>(_ key: String, _ convert: (PropertyListValue) -> T?) throws -> T? {
+        func optional<T>(_ key: Fields.Key, _ convert: (PropertyListValue) -> T?) throws -> T? {
             guard entries[key] != nil else { return nil }
             return try required(key, convert)
         }
-        func optionalIdentifier(_ key: String) throws -> String? {
+        func optionalIdentifier(_ key: Fields.Key) throws -> String? {
             let value = try optional(key, \.stringValue)
             if let value, !Self.isValidIdentifier(value) {
-                throw Self.invalid("field \"\(key)\" is not a library-generated UUID")
+                throw Self.invalid("field \"\(key.name)\" is not a library-generated UUID")
             }
             return value
         }
-        let formatVersion = try required("formatVersion", \.intValue)
+        let formatVersion = try required(.formatVersion, \.intValue)
         guard formatVersion == headerVersion else {
             throw Self.invalid("body format version \(formatVersion) does not match the header")
         }
-        let id = try required("id", \.stringValue)
+        let id = try required(.id, \.stringValue)
         guard Self.isValidIdentifier(id) else { throw Self.invalid("field \"id\" is not a library-generated UUID") }
         func strings(_ value: PropertyListValue) -> [String]? {
             guard case .array(let elements) = value else { return nil }
@@ -79,32 +115,32 @@ extension OperationRecord {
             return strings.count == elements.count ? strings : nil
         }
         // Required up to version 4; from version 5 on, absent when it has its default value.
-        func defaulted<T>(_ key: String, _ defaultValue: T, _ convert: (PropertyListValue) -> T?) throws -> T {
+        func defaulted<T>(_ key: Fields.Key, _ defaultValue: T, _ convert: (PropertyListValue) -> T?) throws -> T {
             formatVersion >= 5 ? try optional(key, convert) ?? defaultValue : try required(key, convert)
         }
-        let tags = try defaulted("tags", [], strings)
+        let tags = try defaulted(.tags, [], strings)
         var prerequisites: [String] = []
         var batchID: String?
         var failedPrerequisite: String?
         if formatVersion >= 2 {
-            prerequisites = try optional("prerequisites", strings) ?? []
+            prerequisites = try optional(.prerequisites, strings) ?? []
             guard prerequisites.allSatisfy(Self.isValidIdentifier) else {
                 throw Self.invalid("field \"prerequisites\" holds an identifier that is not a library-generated UUID")
             }
-            batchID = try optionalIdentifier("batchID")
-            failedPrerequisite = try optionalIdentifier("failedPrerequisite")
+            batchID = try optionalIdentifier(.batchID)
+            failedPrerequisite = try optionalIdentifier(.failedPrerequisite)
         }
-        let expiresAt = formatVersion >= 3 ? try optional("expiresAt", \.dateValue) : nil
-        let conditions = formatVersion >= 3 ? try optional("conditions", strings) ?? [] : []
+        let expiresAt = formatVersion >= 3 ? try optional(.expiresAt, \.dateValue) : nil
+        let conditions = formatVersion >= 3 ? try optional(.conditions, strings) ?? [] : []
         var repeatInterval: Double?
         var repeatFlex = 0.0
         var periodTarget: Date?
         var completedPeriods = 0
         if formatVersion >= 4 {
-            repeatInterval = try optional("repeatInterval", \.realValue)
-            repeatFlex = try optional("repeatFlex", \.realValue) ?? 0
-            periodTarget = try optional("periodTarget", \.dateValue)
-            completedPeriods = try optional("completedPeriods", \.intValue) ?? 0
+            repeatInterval = try optional(.repeatInterval, \.realValue)
+            repeatFlex = try optional(.repeatFlex, \.realValue) ?? 0
+            periodTarget = try optional(.periodTarget, \.dateValue)
+            completedPeriods = try optional(.completedPeriods, \.intValue) ?? 0
             if let interval = repeatInterval {
                 guard interval.isFinite, interval > 0 else { throw Self.invalid("field \"repeatInterval\" is not a positive number of seconds") }
                 guard repeatFlex.isFinite, repeatFlex >= 0, repeatFlex <= interval else {
@@ -116,20 +152,20 @@ extension OperationRecord {
         }
         self.init(
             id: id,
-            typeIdentifier: try required("typeIdentifier", \.stringValue),
-            payload: try required("payload", \.dataValue),
-            priority: try defaulted("priority", 0, \.intValue),
-            enqueueSequence: try required("enqueueSequence", \.unsignedValue),
-            enqueuedAt: try required("enqueuedAt", \.dateValue),
-            notBefore: try optional("notBefore", \.dateValue),
+            typeIdentifier: try required(.typeIdentifier, \.stringValue),
+            payload: try required(.payload, \.dataValue),
+            priority: try defaulted(.priority, 0, \.intValue),
+            enqueueSequence: try required(.enqueueSequence, \.unsignedValue),
+            enqueuedAt: try required(.enqueuedAt, \.dateValue),
+            notBefore: try optional(.notBefore, \.dateValue),
             tags: tags,
-            uniqueKey: try optional("uniqueKey", \.stringValue),
-            numberOfRetries: try defaulted("numberOfRetries", 0, \.intValue),
-            numberOfAttempts: try defaulted("numberOfAttempts", 0, \.intValue),
-            nextAttemptAt: try optional("nextAttemptAt", \.dateValue),
-            attemptsInFlight: try defaulted("attemptsInFlight", 0, \.intValue),
-            lastErrorDescription: try optional("lastErrorDescription", \.stringValue),
-            failureReason: try optional("failureReason", \.stringValue),
+            uniqueKey: try optional(.uniqueKey, \.stringValue),
+            numberOfRetries: try defaulted(.numberOfRetries, 0, \.intValue),
+            numberOfAttempts: try defaulted(.numberOfAttempts, 0, \.intValue),
+            nextAttemptAt: try optional(.nextAttemptAt, \.dateValue),
+            attemptsInFlight: try defaulted(.attemptsInFlight, 0, \.intValue),
+            lastErrorDescription: try optional(.lastErrorDescription, \.stringValue),
+            failureReason: try optional(.failureReason, \.stringValue),
             prerequisites: prerequisites,
             batchID: batchID,
             failedPrerequisite: failedPrerequisite,

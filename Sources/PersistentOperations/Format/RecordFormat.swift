@@ -106,9 +106,12 @@ package enum RecordFormat {
 
     /// Verifies the bytes of a record file and decodes the record.
     ///
+    /// - Parameter checksumVerified: The bytes are the body of a journal frame whose own
+    ///   checksum, which covers them all, was verified just now: the record's checksum is not
+    ///   computed a second time. Its structure is verified all the same.
     /// - Throws: ``PersistenceError/Code/corruptRecord`` or
     ///   ``PersistenceError/Code/unsupportedFormatVersion``, with the reason in the message.
-    package static func decode(_ file: Data, maximumSize: Int = defaultMaximumRecordSize) throws -> OperationRecord {
+    package static func decode(_ file: Data, maximumSize: Int = defaultMaximumRecordSize, checksumVerified: Bool = false) throws -> OperationRecord {
         guard file.count <= maximumSize else {
             throw corrupt("file is \(file.count) bytes, more than the maximum record size of \(maximumSize) bytes")
         }
@@ -129,16 +132,17 @@ package enum RecordFormat {
             throw corrupt("header says the body has \(length) bytes, the file holds \(file.count - headerSize)")
         }
         let body = file.subdata(in: (file.startIndex + headerSize)..<file.endIndex)
-        guard readBigEndian(file, at: 16, width: 4) == UInt64(CRC32.checksum(of: body)) else {
+        guard checksumVerified || readBigEndian(file, at: 16, width: 4) == UInt64(CRC32.checksum(of: body)) else {
             throw corrupt("checksum mismatch")
         }
-        let value: PropertyListValue
+        let entries: [(key: String, value: PropertyListValue)]?
         do {
-            value = try BinaryPropertyListReader.value(from: body)
+            entries = try BinaryPropertyListReader.topLevelEntries(from: body)
         } catch {
             throw corrupt("invalid property list body: \(error.reason)")
         }
-        return try OperationRecord(propertyListValue: value, headerVersion: Int(version))
+        guard let entries else { throw corrupt("the body is not a dictionary") }
+        return try OperationRecord(topLevelEntries: entries, headerVersion: Int(version))
     }
 
     // MARK: Payloads

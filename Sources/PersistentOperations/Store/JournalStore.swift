@@ -362,7 +362,7 @@ package final class JournalStore: Sendable {
                 try deliver(record.id) {
                     try RecordFormat.decode(
                         recordBytes(location, in: file, from: bytes.subdata(in: from..<(from + Int(record.length)))),
-                        maximumSize: configuration.maximumRecordSize
+                        maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame
                     )
                 }
             }
@@ -435,10 +435,13 @@ package final class JournalStore: Sendable {
             return (entry.location, file)
         }
         guard let (location, file) = found else { throw notFound(uuid.uuidString, in: area) }
-        return try RecordFormat.decode(recordBytes(at: location, in: file), maximumSize: configuration.maximumRecordSize)
+        return try RecordFormat.decode(
+            recordBytes(at: location, in: file), maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame
+        )
     }
 
-    /// The record bytes at `location`: one read, and for a whole frame its checks.
+    /// The record bytes at `location`: one read, and for a whole frame its checks (whose
+    /// checksum covers the record's bytes: decode them with `checksumVerified`).
     func recordBytes(at location: JournalIndex.Location, in file: JournalSegmentFile) throws -> Data {
         try recordBytes(location, in: file, from: try file.read(count: Int(location.length), at: location.offset))
     }
