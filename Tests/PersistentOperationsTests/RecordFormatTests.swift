@@ -11,6 +11,34 @@ struct RecordFormatTests {
         #expect(CRC32.checksum(of: "123456789".utf8.lazy.map { $0 }) == 0xCBF4_3926)
     }
 
+    @Test(arguments: [2, 40])
+    func aDictionaryWithTwoKeysOfEqualTextIsRejectedWhateverTheirEncoding(keyCount: Int) throws {
+        // Given dictionaries of `keyCount` keys (compared pair by pair up to 32, through a set
+        // beyond), two of them distinct objects of equal text: the same ASCII bytes, or "é" as
+        // one precomposed UTF-16 scalar and as "e" and a combining accent (equal as Swift
+        // strings compare them)
+        func dictionary(keys: [[UInt8]]) -> Data {
+            var objects: [[UInt8]] = [[0xDF, 0x10, UInt8(keys.count)] + (1...keys.count).map(UInt8.init) + Array(repeating: UInt8(keys.count + 1), count: keys.count)]
+            objects += keys
+            objects.append([0x10, 0x01])
+            return CraftedPropertyList.assemble(objects: objects)
+        }
+        let fillers: [[UInt8]] = (0..<(keyCount - 2)).map { [0x52, 0x6B, UInt8(0x41 + $0)] }   // "kA", "kB", …
+        let sameBytes = dictionary(keys: fillers + [[0x51, 0x78], [0x51, 0x78]])
+        let precomposedAndDecomposed = dictionary(keys: fillers + [[0x61, 0x00, 0xE9], [0x62, 0x00, 0x65, 0x03, 0x01]])
+        let distinct = dictionary(keys: fillers + [[0x51, 0x78], [0x51, 0x79]])
+
+        // Then both are rejected as duplicates, as a whole value and as top-level entries
+        for data in [sameBytes, precomposedAndDecomposed] {
+            #expect(throws: BinaryPropertyListReader.Rejection.self) { try BinaryPropertyListReader.value(from: data) }
+            #expect(throws: BinaryPropertyListReader.Rejection.self) { try BinaryPropertyListReader.topLevelEntries(from: data) }
+        }
+        // And keys of different text are read, in stored order
+        let entries = try #require(try BinaryPropertyListReader.topLevelEntries(from: distinct))
+        #expect(entries.map(\.key).suffix(2) == ["x", "y"])
+        #expect(entries.count == keyCount)
+    }
+
     @Test func aRecordWithEveryFieldSetReadsBackEqual() throws {
         // Given a record using every field, with fractional-second dates and awkward strings
         let record = OperationRecord(
