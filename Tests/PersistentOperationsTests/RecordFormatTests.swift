@@ -39,6 +39,31 @@ struct RecordFormatTests {
         #expect(entries.count == keyCount)
     }
 
+    @Test func theRarelySetFieldsOfACopyChangeApartFromTheOriginal() throws {
+        // Given a record with a tag and a unique key (kept in a box that copies share)
+        var original = OperationRecord(typeIdentifier: "t", payload: Data([1]), enqueueSequence: 1, tags: ["a"], uniqueKey: "k")
+        var copy = original
+
+        // When the copy changes them, and the original changes another
+        copy.tags.append("b")
+        copy.uniqueKey = nil
+        copy.repeatFlex = -0.0
+        original.conditions = ["wifi"]
+
+        // Then each sees only its own changes
+        #expect(original.tags == ["a"] && original.uniqueKey == "k" && original.conditions == ["wifi"])
+        #expect(copy.tags == ["a", "b"] && copy.uniqueKey == nil && copy.conditions.isEmpty)
+        #expect(copy.repeatFlex == 0 && copy.repeatFlex.sign == .minus && original.repeatFlex.sign == .plus)
+        // And a record whose fields all went back to their defaults equals one that never set them
+        copy.tags = []
+        copy.repeatFlex = 0
+        original.tags = []
+        original.uniqueKey = nil
+        original.conditions = []
+        #expect(copy == original)
+        #expect(copy == OperationRecord(id: original.id, typeIdentifier: "t", payload: Data([1]), enqueueSequence: 1, enqueuedAt: original.enqueuedAt))
+    }
+
     @Test func aRecordWithEveryFieldSetReadsBackEqual() throws {
         // Given a record using every field, with fractional-second dates and awkward strings
         let record = OperationRecord(

@@ -88,9 +88,14 @@ package struct OperationRecord: Codable, Sendable, Equatable {
     /// The format versions this library reads.
     package static let readableFormatVersions = 1...currentFormatVersion
 
+    // The fields most records leave at their defaults (tags, unique key, error texts, graph,
+    // deadline, conditions, period) live in `extras`, a copy-on-write box that is `nil` while
+    // they all do: a record takes about 150 bytes inline instead of 300, and the queue keeps
+    // one for every operation it tracks.
+
     /// The format version the record was read with (a new record: the one it needs now).
     /// ``RecordFormat/encode(_:maximumSize:formatVersion:)`` writes ``requiredFormatVersion`` whatever this says.
-    package var formatVersion: Int
+    package var formatVersion = 1
     /// The library-generated identifier (an uppercase UUID string); file names come only from it.
     package var id: String
     /// The stable type name, `PersistentOperation.persistenceIdentifier`, used to rebuild the operation.
@@ -105,10 +110,6 @@ package struct OperationRecord: Codable, Sendable, Equatable {
     package var enqueuedAt: Date
     /// The operation does not start before this date, when set.
     package var notBefore: Date?
-    /// Free-form labels used to query and cancel operations.
-    package var tags: [String]
-    /// A caller-chosen identifier for unique work, when set.
-    package var uniqueKey: String?
     /// Retries counted against the retry budget so far.
     package var numberOfRetries: Int
     /// Attempts started so far, including attempts after uncounted waits.
@@ -118,29 +119,133 @@ package struct OperationRecord: Codable, Sendable, Equatable {
     /// Consecutive launches during which an attempt started and was never recorded as ended;
     /// the crash-loop protection moves the record to the failed area when it reaches its limit.
     package var attemptsInFlight: Int
+    private var extras: Extras?
+
+    /// Free-form labels used to query and cancel operations.
+    package var tags: [String] {
+        get { extras?.tags ?? [] }
+        set { changeExtras(to: newValue, isDefault: newValue.isEmpty) { $0.tags = $1 } }
+    }
+    /// A caller-chosen identifier for unique work, when set.
+    package var uniqueKey: String? {
+        get { extras?.uniqueKey }
+        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.uniqueKey = $1 } }
+    }
     /// The description of the error that ended the last attempt, when there was one.
-    package var lastErrorDescription: String?
+    package var lastErrorDescription: String? {
+        get { extras?.lastErrorDescription }
+        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.lastErrorDescription = $1 } }
+    }
     /// Why the record is in the failed area; `nil` for pending records.
-    package var failureReason: String?
+    package var failureReason: String? {
+        get { extras?.failureReason }
+        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.failureReason = $1 } }
+    }
     /// The records that must succeed before this one starts (version 2).
-    package var prerequisites: [String]
+    package var prerequisites: [String] {
+        get { extras?.prerequisites ?? [] }
+        set { changeExtras(to: newValue, isDefault: newValue.isEmpty) { $0.prerequisites = $1 } }
+    }
     /// The `addOperations` batch this record was stored with, while its commit marker
     /// decides whether it counts (version 2).
-    package var batchID: String?
+    package var batchID: String? {
+        get { extras?.batchID }
+        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.batchID = $1 } }
+    }
     /// In the failed area: the prerequisite whose failure failed this record (version 2).
-    package var failedPrerequisite: String?
+    package var failedPrerequisite: String? {
+        get { extras?.failedPrerequisite }
+        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.failedPrerequisite = $1 } }
+    }
     /// No attempt starts at or after this date (version 3).
-    package var expiresAt: Date?
+    package var expiresAt: Date? {
+        get { extras?.expiresAt }
+        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.expiresAt = $1 } }
+    }
     /// The run conditions that must all hold before an attempt starts, sorted (version 3).
-    package var conditions: [String]
+    package var conditions: [String] {
+        get { extras?.conditions ?? [] }
+        set { changeExtras(to: newValue, isDefault: newValue.isEmpty) { $0.conditions = $1 } }
+    }
     /// Seconds between consecutive periods' targets; `nil` unless the operation is periodic (version 4).
-    package var repeatInterval: Double?
+    package var repeatInterval: Double? {
+        get { extras?.repeatInterval }
+        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.repeatInterval = $1 } }
+    }
     /// Seconds before a period's target from which it may start (version 4).
-    package var repeatFlex: Double
+    package var repeatFlex: Double {
+        get { extras?.repeatFlex ?? 0 }
+        set { changeExtras(to: newValue, isDefault: newValue == 0 && newValue.sign == .plus) { $0.repeatFlex = $1 } }
+    }
     /// The target of the current period of a periodic operation (version 4).
-    package var periodTarget: Date?
+    package var periodTarget: Date? {
+        get { extras?.periodTarget }
+        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.periodTarget = $1 } }
+    }
     /// Periods of a periodic operation that have ended (version 4).
-    package var completedPeriods: Int
+    package var completedPeriods: Int {
+        get { extras?.completedPeriods ?? 0 }
+        set { changeExtras(to: newValue, isDefault: newValue == 0) { $0.completedPeriods = $1 } }
+    }
+
+    /// The fields most records leave at their defaults. Shared by copies of a record until one
+    /// of them changes a field (copy on write); never changed while shared, hence `Sendable`.
+    private final class Extras: @unchecked Sendable {
+        var tags: [String] = []
+        var uniqueKey: String?
+        var lastErrorDescription: String?
+        var failureReason: String?
+        var prerequisites: [String] = []
+        var batchID: String?
+        var failedPrerequisite: String?
+        var expiresAt: Date?
+        var conditions: [String] = []
+        var repeatInterval: Double?
+        var repeatFlex: Double = 0
+        var periodTarget: Date?
+        var completedPeriods = 0
+
+        /// Whether every field has its default value (a `-0` flex is not the default: it
+        /// must read back as it was set).
+        var isDefault: Bool {
+            tags.isEmpty && uniqueKey == nil && lastErrorDescription == nil && failureReason == nil
+                && prerequisites.isEmpty && batchID == nil && failedPrerequisite == nil && expiresAt == nil
+                && conditions.isEmpty && repeatInterval == nil && repeatFlex == 0 && repeatFlex.sign == .plus
+                && periodTarget == nil && completedPeriods == 0
+        }
+
+        func copy() -> Extras {
+            let copy = Extras()
+            copy.tags = tags
+            copy.uniqueKey = uniqueKey
+            copy.lastErrorDescription = lastErrorDescription
+            copy.failureReason = failureReason
+            copy.prerequisites = prerequisites
+            copy.batchID = batchID
+            copy.failedPrerequisite = failedPrerequisite
+            copy.expiresAt = expiresAt
+            copy.conditions = conditions
+            copy.repeatInterval = repeatInterval
+            copy.repeatFlex = repeatFlex
+            copy.periodTarget = periodTarget
+            copy.completedPeriods = completedPeriods
+            return copy
+        }
+    }
+
+    /// Sets a field of `extras` to `value` through `set`, copying the box first when another
+    /// record shares it, and dropping it once every field is back to its default.
+    private mutating func changeExtras<Value>(to value: Value, isDefault: Bool, _ set: (Extras, Value) -> Void) {
+        if extras == nil {
+            guard !isDefault else { return }
+            extras = Extras()
+        } else if !isKnownUniquelyReferenced(&extras) {
+            extras = extras?.copy()
+        }
+        guard let box = extras else { return }
+        set(box, value)
+        if isDefault, box.isDefault { extras = nil }
+    }
 
     /// Creates a record of format ``currentFormatVersion`` with a fresh identifier.
     package init(
@@ -169,7 +274,6 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         periodTarget: Date? = nil,
         completedPeriods: Int = 0
     ) {
-        self.formatVersion = 1
         self.id = id
         self.typeIdentifier = typeIdentifier
         self.payload = payload
@@ -177,12 +281,12 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         self.enqueueSequence = enqueueSequence
         self.enqueuedAt = enqueuedAt
         self.notBefore = notBefore
-        self.tags = tags
-        self.uniqueKey = uniqueKey
         self.numberOfRetries = numberOfRetries
         self.numberOfAttempts = numberOfAttempts
         self.nextAttemptAt = nextAttemptAt
         self.attemptsInFlight = attemptsInFlight
+        self.tags = tags
+        self.uniqueKey = uniqueKey
         self.lastErrorDescription = lastErrorDescription
         self.failureReason = failureReason
         self.prerequisites = prerequisites
@@ -235,6 +339,35 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             completedPeriods: try container.decodeIfPresent(Int.self, forKey: .completedPeriods) ?? 0
         )
         formatVersion = try container.decode(Int.self, forKey: .formatVersion)
+    }
+
+    package func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(formatVersion, forKey: .formatVersion)
+        try container.encode(id, forKey: .id)
+        try container.encode(typeIdentifier, forKey: .typeIdentifier)
+        try container.encode(payload, forKey: .payload)
+        try container.encode(priority, forKey: .priority)
+        try container.encode(enqueueSequence, forKey: .enqueueSequence)
+        try container.encode(enqueuedAt, forKey: .enqueuedAt)
+        try container.encodeIfPresent(notBefore, forKey: .notBefore)
+        try container.encode(tags, forKey: .tags)
+        try container.encodeIfPresent(uniqueKey, forKey: .uniqueKey)
+        try container.encode(numberOfRetries, forKey: .numberOfRetries)
+        try container.encode(numberOfAttempts, forKey: .numberOfAttempts)
+        try container.encodeIfPresent(nextAttemptAt, forKey: .nextAttemptAt)
+        try container.encode(attemptsInFlight, forKey: .attemptsInFlight)
+        try container.encodeIfPresent(lastErrorDescription, forKey: .lastErrorDescription)
+        try container.encodeIfPresent(failureReason, forKey: .failureReason)
+        try container.encode(prerequisites, forKey: .prerequisites)
+        try container.encodeIfPresent(batchID, forKey: .batchID)
+        try container.encodeIfPresent(failedPrerequisite, forKey: .failedPrerequisite)
+        try container.encodeIfPresent(expiresAt, forKey: .expiresAt)
+        try container.encode(conditions, forKey: .conditions)
+        try container.encodeIfPresent(repeatInterval, forKey: .repeatInterval)
+        try container.encode(repeatFlex, forKey: .repeatFlex)
+        try container.encodeIfPresent(periodTarget, forKey: .periodTarget)
+        try container.encode(completedPeriods, forKey: .completedPeriods)
     }
 
     /// Records are equal when every field is; ``formatVersion`` says how the record was read or
