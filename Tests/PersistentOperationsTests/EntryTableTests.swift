@@ -9,6 +9,31 @@ struct EntryTableTests {
         PersistentOperationQueue.Entry(record: try makeRecord(index: index), operation: nil, attemptsInFlight: index)
     }
 
+    @Test func theBookkeepingOfACopiedEntryChangesApartFromTheOriginal() throws {
+        // Given an entry in the table with crash evidence and a run condition (kept in a box
+        // that copies share)
+        var table = PersistentOperationQueue.EntryTable()
+        var original = try entry(1)
+        original.crashes = 2
+        original.parkedUnder = "wifi"
+        table["a"] = original
+
+        // When a copy read from the table changes them and is stored under another key
+        var copy = try #require(table["a"])
+        copy.crashes += 1
+        copy.parkedUnder = nil
+        copy.heldDependents = [BlockOperation()]
+        table["b"] = copy
+        table["a"]?.kills = 4
+
+        // Then each entry holds only its own changes
+        #expect(table["a"]?.crashes == 2 && table["a"]?.parkedUnder == "wifi" && table["a"]?.kills == 4)
+        #expect(table["a"]?.heldDependents.isEmpty == true)
+        #expect(table["b"]?.crashes == 3 && table["b"]?.parkedUnder == nil && table["b"]?.kills == 0)
+        #expect(table["b"]?.heldDependents.count == 1)
+        #expect(original.crashes == 2 && original.kills == 0)
+    }
+
     @Test func randomAddsChangesAndRemovalsLeaveWhatADictionaryWouldHold() throws {
         var table = PersistentOperationQueue.EntryTable()
         var reference: [String: Int] = [:]
