@@ -19,8 +19,12 @@ import PersistentOperations
 ///   `store-inspector stats` does for the pending area): time and peak memory.
 /// - **M4** the peak memory of a process that added the million itself, its queue open.
 ///
-/// The add latency and drain rate at this size are not measured yet. A full run only: the
-/// smoke run uses 2,000 operations.
+/// - **M5** the latency of one durable add, the backlog restored (median of 200 adds one at
+///   a time), against the same on a store of 100 pending.
+/// - **M6** the drain rate: the first 8,000 operations to complete once the restored queue
+///   runs (the median of 4 chunks of 2,000), against the same on a store of 10,000 pending.
+///
+/// A full run only: the smoke run uses 2,000 operations.
 struct MillionPendingBenchmark: Benchmark {
     let id = "M"
     let title = "a million pending operations: restore, memory, disk, counts"
@@ -81,6 +85,35 @@ struct MillionPendingBenchmark: Benchmark {
         let adding = try RestoreBenchmark.measureInChild(.add, directory: added.url, count: count)
         context.progress(String(format: "added in one process: %.1f s (peak %.0f MB)", adding.seconds, adding.peakMegabytes))
 
+        // M5 and M6: the same measurements on the backlog and on a small store (the latency
+        // child adds to the backlog: the drain that follows restores those too).
+        let small = try TemporaryDirectory("m-small")
+        defer { small.remove() }
+        let smallCount = min(100, count)
+        let drainBaselineCount = min(10_000, count)
+        do {
+            let queue = try StoreFixture.openQueue(small.url, suspended: true)
+            try StoreFixture.addInBatches(smallCount, to: queue)
+            queue.close()
+        }
+        let drainBaseline = try TemporaryDirectory("m-drain")
+        defer { drainBaseline.remove() }
+        do {
+            let queue = try StoreFixture.openQueue(drainBaseline.url, suspended: true)
+            try StoreFixture.addInBatches(drainBaselineCount, to: queue)
+            queue.close()
+        }
+        let latency = try RestoreBenchmark.measureInChild(.latency, directory: directory.url, count: count)
+        let smallLatency = try RestoreBenchmark.measureInChild(.latency, directory: small.url, count: smallCount)
+        context.progress(String(format: "add latency: %.2f ms at %@ pending vs %.2f ms at %d", latency.seconds * 1000, label, smallLatency.seconds * 1000, smallCount))
+        let chunk = RestoreBenchmark.drainedOperations(of: count) / RestoreBenchmark.drainChunks
+        let drain = try RestoreBenchmark.measureInChild(.drain, directory: directory.url, count: count)
+        let baselineChunk = RestoreBenchmark.drainedOperations(of: drainBaselineCount) / RestoreBenchmark.drainChunks
+        let drainBaselineRun = try RestoreBenchmark.measureInChild(.drain, directory: drainBaseline.url, count: drainBaselineCount)
+        let drainRate = Double(chunk) / drain.seconds
+        let baselineDrainRate = Double(baselineChunk) / drainBaselineRun.seconds
+        context.progress(String(format: "drain: %.0f ops/s at %@ pending vs %.0f at %@", drainRate, label, baselineDrainRate, drainBaselineCount.groupedDigits))
+
         let startup = String(format: "a process that only starts up: %.1f MB", restore.startMegabytes)
         return [
             BenchmarkResult(
@@ -112,6 +145,16 @@ struct MillionPendingBenchmark: Benchmark {
             BenchmarkResult(
                 id: "M4", name: "peak memory, a process that added \(label)", value: adding.peakMegabytes, unit: .megabytes,
                 target: .value(atMost: 250), note: String(format: "its queue open; adding took %.1f s", adding.seconds)
+            ),
+            BenchmarkResult(
+                id: "M5", name: "one durable add, \(label) pending", value: latency.seconds, unit: .seconds,
+                baseline: smallLatency.seconds, baselineName: "the same with \(smallCount) pending",
+                target: .ratio(atMost: 1.2), note: "median of \(RestoreBenchmark.latencySamples) adds one at a time, after restore(), queue suspended"
+            ),
+            BenchmarkResult(
+                id: "M6", name: "drain rate, \(label) pending", value: drainRate, unit: .operationsPerSecond,
+                baseline: baselineDrainRate, baselineName: "the same with \(drainBaselineCount.groupedDigits) pending",
+                target: .ratio(atLeast: 0.9), note: "the first \((chunk * RestoreBenchmark.drainChunks).groupedDigits) to complete after restore(), unsuspended, median of \(RestoreBenchmark.drainChunks) chunks"
             ),
         ]
     }

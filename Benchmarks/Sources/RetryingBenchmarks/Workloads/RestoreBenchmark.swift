@@ -101,9 +101,28 @@ struct RestoreBenchmark: Benchmark {
         /// `ReadOnlyPersistentStore.counts()` of the store (M3).
         case counts
         /// Adds `COUNT` operations to a new store in this process (batches of 10,000, a
-        /// suspended queue) and keeps the queue open (M5: memory after adding).
+        /// suspended queue) and keeps the queue open (M4: memory after adding).
         case add
+        /// Restores the store's `COUNT` pending operations (queue suspended), then times
+        /// ``latencySamples`` durable adds one at a time; reports the median add (M5).
+        case latency
+        /// Restores the store's `COUNT` pending operations, then lets the queue run until
+        /// ``drainedOperations(of:)`` have completed, in ``drainChunks`` chunks; reports the
+        /// median time a chunk took (M6).
+        case drain
     }
+
+    /// How many adds ``Side/latency`` times.
+    static let latencySamples = 200
+
+    /// How many operations ``Side/drain`` lets complete out of `count` pending.
+    static func drainedOperations(of count: Int) -> Int {
+        min(8_000, max(drainChunks, count * 4 / 5))
+    }
+
+    /// The chunks ``Side/drain`` times apart: a chunk interrupted by another process is an
+    /// outlier the median leaves out.
+    static let drainChunks = 4
 
     /// What a child process measured.
     struct ChildMeasurement {
@@ -139,7 +158,7 @@ struct RestoreBenchmark: Benchmark {
     /// profiler can be run on `restore` or `bare` by hand.
     static func runChild(_ arguments: [String]) -> Never {
         guard arguments.count == 3, let side = Side(rawValue: arguments[0]), let count = Int(arguments[2]) else {
-            print("usage: \(childCommand) restore|bare|write|counts|add DIRECTORY COUNT")
+            print("usage: \(childCommand) restore|bare|write|counts|add|latency|drain DIRECTORY COUNT")
             exit(64)
         }
         let directory = URL(fileURLWithPath: arguments[1])
@@ -170,6 +189,40 @@ struct RestoreBenchmark: Benchmark {
                 try StoreFixture.addInBatches(count, to: queue)
                 found = try queue.counts().pending
                 result = queue
+            case .latency:
+                let queue = try StoreFixture.openQueue(directory, suspended: true)
+                found = try queue.restore().restored.count
+                var samples: [Double] = []
+                for _ in 0..<latencySamples {
+                    let operation = StoredBenchmarkOperation(payload: .example)
+                    let added = Timing.now()
+                    try queue.addOperation(operation)
+                    samples.append(Timing.seconds(from: added, to: Timing.now()))
+                }
+                print("\(samples.median) \(ResidentMemory.peakMegabytes()) \(startMegabytes)")
+                exit(found >= count ? 0 : 1)
+            case .drain:
+                let queue = try StoreFixture.openQueue(directory, suspended: true)
+                found = try queue.restore().restored.count
+                let chunk = drainedOperations(of: count) / drainChunks
+                let completed = Locked(0)
+                let chunkDone = DispatchSemaphore(value: 0)
+                queue.eventHandler = { event in
+                    guard case .succeeded = event else { return }
+                    if completed.withLock({ $0 += 1; return $0 }).isMultiple(of: chunk) { chunkDone.signal() }
+                }
+                var chunkSeconds: [Double] = []
+                var chunkStarted = Timing.now()
+                queue.isSuspended = false
+                for _ in 0..<drainChunks {
+                    chunkDone.wait()
+                    let now = Timing.now()
+                    chunkSeconds.append(Timing.seconds(from: chunkStarted, to: now))
+                    chunkStarted = now
+                }
+                queue.isSuspended = true
+                print("\(chunkSeconds.median) \(ResidentMemory.peakMegabytes()) \(startMegabytes)")
+                exit(found >= count ? 0 : 1)
             }
             let seconds = Timing.seconds(from: start, to: Timing.now())
             guard found == count else {
