@@ -114,12 +114,28 @@ public final class ReadOnlyPersistentStore: Sendable {
     ///
     /// - Throws: ``PersistenceError`` when the area cannot be listed.
     public func pendingRecords() throws -> RecordList {
+        try store.withReadSnapshot { try readPendingRecords() }
+    }
+
+    private func readPendingRecords() throws -> RecordList {
         let report = try store.loadPending()
         let stored = pendingRecordView()
         return RecordList(
             records: StoredOperationRecord.linkingGraph(of: report.records.map(stored)),
             unreadable: report.skipped.map(UnreadableEntry.init)
         )
+    }
+
+    /// Runs `body` with the reads it makes of this store served by one reading of the
+    /// journal (each public call otherwise reads it afresh, to see the holder's latest
+    /// changes): for a tool that makes several calls that belong together.
+    ///
+    /// ```swift
+    /// let view = try ReadOnlyPersistentStore(directory: URL(fileURLWithPath: "/var/app/store"))
+    /// let (pending, failed) = try view.withSnapshot { (try view.counts().pending, try view.failedRecords().records.count) }
+    /// ```
+    package func withSnapshot<T>(_ body: () throws -> T) throws -> T {
+        try store.withReadSnapshot(body)
     }
 
     /// Makes the view of a pending record: with what its attempt marker says, and whether a
@@ -146,9 +162,11 @@ public final class ReadOnlyPersistentStore: Sendable {
     /// _ = try view.forEachPendingRecord { if $0.state == .running { running += 1 } }
     /// ```
     package func forEachPendingRecord(_ body: (StoredOperationRecord) throws -> Void) throws -> [UnreadableEntry] {
-        let stored = pendingRecordView()
-        let report = try store.loadPending { try body(stored($0)) }
-        return report.skipped.map(UnreadableEntry.init)
+        try store.withReadSnapshot {
+            let stored = pendingRecordView()
+            let report = try store.loadPending { try body(stored($0)) }
+            return report.skipped.map(UnreadableEntry.init)
+        }
     }
 
     /// The failed records and the failed entries that cannot be read.
@@ -178,8 +196,10 @@ public final class ReadOnlyPersistentStore: Sendable {
     /// }
     /// ```
     public func record(withID id: PersistentOperationID) throws -> StoredOperationRecord? {
-        if let record = try pendingRecords().records.first(where: { $0.id == id }) { return record }
-        return try failedRecords().records.first { $0.id == id }
+        try store.withReadSnapshot {
+            if let record = try readPendingRecords().records.first(where: { $0.id == id }) { return record }
+            return try failedRecords().records.first { $0.id == id }
+        }
     }
 
     /// The entries of the quarantine area, sorted by name.
@@ -198,6 +218,10 @@ public final class ReadOnlyPersistentStore: Sendable {
     /// print("\(counts.pending) pending (\(counts.running) running), \(counts.failed) failed")
     /// ```
     public func counts() throws -> Counts {
+        try store.withReadSnapshot { try readCounts() }
+    }
+
+    private func readCounts() throws -> Counts {
         var counts = Counts()
         // One record at a time: the counts of a large store, not its records, are kept.
         let unreadable = try forEachPendingRecord { record in

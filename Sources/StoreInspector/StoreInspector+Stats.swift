@@ -29,18 +29,21 @@ extension StoreInspector {
         var pendingCount = 0, running = 0, periodicCount = 0
         var pendingByType: [String: Int] = [:], periodicByType: [String: Int] = [:]
         var nextDue: Date?
-        let pendingUnreadable = try reader.forEachPendingRecord { record in
-            pendingCount += 1
-            pendingByType[record.typeIdentifier, default: 0] += 1
-            if record.state == .running { running += 1 }
-            if record.repeating != nil {
-                periodicCount += 1
-                periodicByType[record.typeIdentifier, default: 0] += 1
+        // One reading of the journal for the pending and failed areas and the markers.
+        let (pendingUnreadable, failed) = try reader.withSnapshot { () throws -> ([ReadOnlyPersistentStore.UnreadableEntry], ReadOnlyPersistentStore.RecordList) in
+            let unreadable = try reader.forEachPendingRecord { record in
+                pendingCount += 1
+                pendingByType[record.typeIdentifier, default: 0] += 1
+                if record.state == .running { running += 1 }
+                if record.repeating != nil {
+                    periodicCount += 1
+                    periodicByType[record.typeIdentifier, default: 0] += 1
+                }
+                let due = max(record.dueDate ?? now, now)
+                nextDue = min(nextDue ?? due, due)
             }
-            let due = max(record.dueDate ?? now, now)
-            nextDue = min(nextDue ?? due, due)
+            return (unreadable, try reader.failedRecords())
         }
-        let failed = try reader.failedRecords()
         let failedByType = Dictionary(grouping: failed.records, by: \.typeIdentifier).mapValues(\.count)
         let quarantined = try reader.quarantinedEntries()
         let holder = reader.lockHolder

@@ -12,6 +12,46 @@ import Darwin
 /// queries, the read-only view and `store-inspector`.
 @Suite("Read-only store and attempts in flight", .timeLimit(.minutes(3)))
 struct ReadOnlyStoreTests {
+    @Test func readsInOneSnapshotReadTheJournalOnceAndEachCallOutsideOneReadsItAfresh() throws {
+        // Given a store with a pending and a failed record, and a read-only view of it that
+        // counts the segment files it opens
+        let directory = try TemporaryDirectory()
+        let writer = try RecordStore(directory: directory.store)
+        try writer.add(try makeRecord(index: 1))
+        var failed = try makeRecord(index: 2)
+        try writer.add(failed)
+        failed.failureReason = "refused"
+        _ = try writer.moveToFailed(failed, reason: "refused")
+        let segmentOpens = Locked(0)
+        var fileSystem = FileSystem.system
+        let open = fileSystem.open
+        fileSystem.open = { path, flags, mode in
+            if path.hasSuffix(".segment") { segmentOpens.withLock { $0 += 1 } }
+            return try open(path, flags, mode)
+        }
+        let reader = try RecordStore(directory: directory.store, access: .readOnly, configuration: .init(fileSystem: fileSystem))
+
+        // When it reads both areas and the markers in one snapshot, then twice outside one
+        let before = segmentOpens.withLock { $0 }
+        let (pending, failedArea) = try reader.withReadSnapshot {
+            _ = reader.attemptMarkers()
+            return (try reader.loadPending(), try reader.loadFailed())
+        }
+        let inSnapshot = segmentOpens.withLock { $0 } - before
+        try writer.add(try makeRecord(index: 3))
+        let later = try reader.loadPending()
+        _ = try reader.loadFailed()
+        let outside = segmentOpens.withLock { $0 } - before - inSnapshot
+
+        // Then the snapshot opened the journal's one segment once, and each call outside one
+        // opened it afresh, seeing the writer's latest record
+        #expect(inSnapshot == 1)
+        #expect(outside == 2)
+        #expect(pending.records.count == 1 && failedArea.records.count == 1)
+        #expect(later.records.count == 2)
+        writer.close()
+    }
+
     @Test func aRestoredRecordCountsTheAttemptThatWasInFlightWhenItsLaunchDied() async throws {
         // Given a store whose record's first attempt was in flight when its process died
         let directory = try TemporaryDirectory()

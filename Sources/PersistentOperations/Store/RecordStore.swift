@@ -109,6 +109,9 @@ package final class RecordStore: Sendable {
         var filesLeft: [LoadReport.Entry] = []
         /// Records of uncommitted batches the migration dropped, for the first restore to report.
         var discardedByMigration: [String] = []
+        /// A read-only store's journal as one opening read it, while calls of
+        /// ``withReadSnapshot(_:)`` use it (`users` of them).
+        var readSnapshot: (journal: JournalStore, filesToo: Bool, users: Int)?
     }
 
     /// The store directory.
@@ -183,8 +186,49 @@ package final class RecordStore: Sendable {
     func readableJournal() throws -> (journal: JournalStore, filesToo: Bool)? {
         if let journal { return (journal, false) }
         guard access == .readOnly, configuration.engine == .journal else { return nil }
+        if let snapshot = state.withLock({ $0.readSnapshot }) { return (snapshot.journal, snapshot.filesToo) }
         let journal = try JournalStore(directory: directory, configuration: configuration.journalConfiguration(readOnly: true))
         return (journal, hasFilesOfEarlierLayout())
+    }
+
+    /// Runs `body` with every read of a read-only store served by one opening of its
+    /// journal, where each read would otherwise open it afresh (a sequential read of every
+    /// segment): reads that belong together (the areas and markers counted by
+    /// `ReadOnlyPersistentStore.counts()`) read the store once, and see one state of it.
+    /// Calls that overlap share the opening of the first. A store that can write reads its
+    /// own journal: `body` just runs.
+    ///
+    /// ```swift
+    /// let store = try RecordStore(directory: URL(fileURLWithPath: "/var/app/store"), access: .readOnly)
+    /// let (pending, failed) = try store.withReadSnapshot { (try store.loadPending(), try store.loadFailed()) }
+    /// ```
+    package func withReadSnapshot<T>(_ body: () throws -> T) throws -> T {
+        guard journal == nil, access == .readOnly, configuration.engine == .journal else { return try body() }
+        let joined = state.withLock { state -> Bool in
+            guard state.readSnapshot != nil else { return false }
+            state.readSnapshot?.users += 1
+            return true
+        }
+        if !joined {
+            // Opened outside the lock (it reads every segment); a call that installed one
+            // meanwhile wins, and this opening is dropped.
+            let opened = try JournalStore(directory: directory, configuration: configuration.journalConfiguration(readOnly: true))
+            let filesToo = hasFilesOfEarlierLayout()
+            state.withLock { state in
+                if state.readSnapshot == nil {
+                    state.readSnapshot = (opened, filesToo, 1)
+                } else {
+                    state.readSnapshot?.users += 1
+                }
+            }
+        }
+        defer {
+            state.withLock { state in
+                state.readSnapshot?.users -= 1
+                if state.readSnapshot?.users == 0 { state.readSnapshot = nil }
+            }
+        }
+        return try body()
     }
 
     deinit {
