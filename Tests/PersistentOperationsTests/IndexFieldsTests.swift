@@ -8,7 +8,10 @@ import Testing
 @Suite(.timeLimit(.minutes(2)))
 struct IndexFieldsTests {
     static func fields(_ record: OperationRecord) -> RecordFormat.IndexFields {
-        .init(id: record.id, enqueueSequence: record.enqueueSequence, priority: record.priority)
+        .init(
+            id: record.id, enqueueSequence: record.enqueueSequence, priority: record.priority,
+            typeIdentifier: record.typeIdentifier, attemptsInFlight: record.attemptsInFlight
+        )
     }
 
     @Test(arguments: ["v1-minimal.record", "v1-full.record", "v1-failed.record", "v2-dependent.record", "v2-failed-dependent.record", "v3-expiring.record", "v4-periodic.record", "v5-defaults.record", "v5-full.record"])

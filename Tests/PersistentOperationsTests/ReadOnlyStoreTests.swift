@@ -1,3 +1,4 @@
+import CrashHarness
 import Foundation
 import Testing
 @testable import PersistentOperations
@@ -12,6 +13,71 @@ import Darwin
 /// queries, the read-only view and `store-inspector`.
 @Suite("Read-only store and attempts in flight", .timeLimit(.minutes(3)))
 struct ReadOnlyStoreTests {
+    @Test func countsFromTheJournalsIndexAreThoseOfTheRecordsReadOneByOne() throws {
+        // Given a held journal store of several types in both areas, changed in every way a
+        // queue changes one: adds (single and batched), rewrites, removals, moves to the failed
+        // area and back, attempt markers, and a record counting attempts in flight itself
+        let directory = try TemporaryDirectory()
+        let writer = try RecordStore(directory: directory.store)
+        defer { writer.close() }
+        var random = SeededGenerator(seed: 91)
+        var pending: [OperationRecord] = []
+        var failed: [OperationRecord] = []
+        let types = ["com.example.upload", "com.example.sync", "com.example.ünïcode"]
+        func make(_ index: Int) -> OperationRecord {
+            OperationRecord(typeIdentifier: types[index % types.count], payload: Data([UInt8(index % 256)]), enqueueSequence: UInt64(index + 1))
+        }
+        let reader = try ReadOnlyPersistentStore(directory: directory.store)
+        for step in 0..<300 {
+            switch Int.random(in: 0..<8, using: &random) {
+            case 0, 1:
+                var record = make(step)
+                if step % 7 == 0 { record.attemptsInFlight = 2 }
+                try writer.add(record)
+                pending.append(record)
+            case 2:
+                let batch = (0..<3).map { make(step * 10 + $0) }
+                try writer.addBatch(batch)
+                pending += batch
+            case 3 where !pending.isEmpty:
+                var record = pending.remove(at: Int.random(in: 0..<pending.count, using: &random))
+                record.numberOfRetries += 1
+                record.attemptsInFlight = 0
+                try writer.update(record)
+                pending.append(record)
+            case 4 where !pending.isEmpty:
+                let record = pending.remove(at: Int.random(in: 0..<pending.count, using: &random))
+                try writer.removePending(id: record.id)
+            case 5 where !pending.isEmpty:
+                let record = pending.remove(at: Int.random(in: 0..<pending.count, using: &random))
+                failed.append(try writer.moveToFailed(record, reason: "refused"))
+            case 6 where !failed.isEmpty:
+                let record = failed.remove(at: Int.random(in: 0..<failed.count, using: &random))
+                pending.append(try writer.requeueFailed(id: record.id))
+            case 7 where !pending.isEmpty:
+                try writer.setAttemptsInFlight(1, forRecord: pending[Int.random(in: 0..<pending.count, using: &random)].id)
+            default:
+                continue
+            }
+            guard step % 25 == 24 else { continue }
+
+            // When the view counts them, and lists them record by record
+            let counts = try reader.counts()
+            let listed = try reader.pendingRecords()
+            let failedListed = try reader.failedRecords()
+
+            // Then the counts are those of the records listed
+            #expect(counts.pending == listed.records.count, "step \(step)")
+            #expect(counts.pendingByType == Dictionary(grouping: listed.records, by: \.typeIdentifier).mapValues(\.count), "step \(step)")
+            #expect(counts.running == listed.records.filter { $0.state == .running }.count, "step \(step)")
+            #expect(counts.failed == failedListed.records.count, "step \(step)")
+            #expect(counts.failedByType == Dictionary(grouping: failedListed.records, by: \.typeIdentifier).mapValues(\.count), "step \(step)")
+            #expect(counts.unreadable == 0 && listed.unreadable.isEmpty)
+            #expect(counts.pending == pending.count && counts.failed == failed.count, "step \(step)")
+        }
+        #expect(try reader.counts().running > 0)
+    }
+
     @Test func readsInOneSnapshotReadTheJournalOnceAndEachCallOutsideOneReadsItAfresh() throws {
         // Given a store with a pending and a failed record, and a read-only view of it that
         // counts the segment files it opens

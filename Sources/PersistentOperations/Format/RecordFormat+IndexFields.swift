@@ -3,11 +3,12 @@ import Foundation
 // Reading only what the journal's index needs
 // ===========================================
 //
-// Opening a journal indexes every record: its identifier, enqueue sequence and priority. A
-// full decode (checksum, structural verification, every field) costs as much again as the
-// restore that follows, which decodes each record anyway. For a record inside a frame whose
+// Opening a journal indexes every record: its identifier, enqueue sequence, priority, type
+// and the attempts in flight it counts. A full decode (checksum, structural verification,
+// every field) costs as much again as the restore that follows, which decodes each record
+// anyway. For a record inside a frame whose
 // checksum verified — the bytes the writer wrote — `indexFields(of:)` walks the property
-// list to those three fields only. Every read is bounds-checked; anything unexpected returns
+// list to those fields only. Every read is bounds-checked; anything unexpected returns
 // nil and the caller decodes the record in full, which reports what is wrong. A record that
 // passes here and fails its full decode later (a defect, or a checksum collision) is
 // quarantined when it is loaded, as any undecodable record is.
@@ -18,6 +19,11 @@ extension RecordFormat {
         package var id: String
         package var enqueueSequence: UInt64
         package var priority: Int
+        /// The type, for counts by type from the index alone.
+        package var typeIdentifier: String
+        /// Attempts in flight the record itself counts (records of the journal count theirs in
+        /// attempt frames: 0), for the count of running attempts.
+        package var attemptsInFlight: Int
     }
 
     /// The index fields of the record file `file`, read without verifying the rest of it, or
@@ -65,6 +71,8 @@ private struct PropertyListPeek {
         var sequence: UInt64?
         var priority: Int?
         var formatVersion: Int?
+        var typeIdentifier: String?
+        var attemptsInFlight: Int?
         for index in 0..<count {
             guard let keyReference = read(references + index * referenceSize, referenceSize),
                   let valueReference = read(references + (count + index) * referenceSize, referenceSize),
@@ -82,14 +90,25 @@ private struct PropertyListPeek {
             case "formatVersion":
                 guard let valueOffset = offset(of: valueReference), let value = signedInteger(at: valueOffset) else { return nil }
                 formatVersion = Int(exactly: value)
+            case "typeIdentifier":
+                // A type identifier that is not ASCII is read by the full decode.
+                guard let valueOffset = offset(of: valueReference) else { return nil }
+                typeIdentifier = asciiString(at: valueOffset)
+            case "attemptsInFlight":
+                guard let valueOffset = offset(of: valueReference), let value = signedInteger(at: valueOffset) else { return nil }
+                attemptsInFlight = Int(exactly: value)
             default:
                 continue
             }
         }
-        // From version 5 on, a priority of 0 is left out.
+        // From version 5 on, a priority or a count of attempts in flight of 0 is left out.
         if priority == nil, version >= 5 { priority = 0 }
-        guard let id, OperationRecord.isValidIdentifier(id), let sequence, let priority, formatVersion == version else { return nil }
-        return RecordFormat.IndexFields(id: id, enqueueSequence: sequence, priority: priority)
+        if attemptsInFlight == nil, version >= 5 { attemptsInFlight = 0 }
+        guard let id, OperationRecord.isValidIdentifier(id), let sequence, let priority, let typeIdentifier,
+              let attemptsInFlight, formatVersion == version else { return nil }
+        return RecordFormat.IndexFields(
+            id: id, enqueueSequence: sequence, priority: priority, typeIdentifier: typeIdentifier, attemptsInFlight: attemptsInFlight
+        )
     }
 
     private func read(_ offset: Int, _ width: Int) -> UInt64? {

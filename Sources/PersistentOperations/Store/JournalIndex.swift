@@ -3,7 +3,8 @@ import Foundation
 /// The journal's in-memory index: for each record, its area and where its bytes are, plus
 /// the little the queue orders by (enqueue sequence, priority); never a payload.
 ///
-/// About 72 bytes a record plus the dictionary's overhead, and no allocation per record: the
+/// About 72 bytes a record plus the dictionary's overhead (a record's type is an ordinal into
+/// one list of the type identifiers), and no allocation per record: the
 /// key is a `UUID`, not a `String` (36 characters would take a heap allocation each), and no
 /// payload is kept. The index also keeps, per segment, how many of its bytes
 /// are live (belong to the current version of a record): the rest is what compaction reclaims.
@@ -33,6 +34,11 @@ struct JournalIndex: Sendable {
     /// One record.
     struct Entry: Sendable {
         var area: Area
+        /// Attempts in flight the record itself counts, at most 255 (records of the journal
+        /// count theirs in attempt frames: 0).
+        var attemptsInFlight: UInt8 = 0
+        /// Its type's position in ``typeNames`` (see ``typeOrdinal(_:)``).
+        var type: UInt32
         var location: Location
         var enqueueSequence: UInt64
         var priority: Int
@@ -43,19 +49,39 @@ struct JournalIndex: Sendable {
     private(set) var liveBytes: [JournalSegmentName: Int64] = [:]
     private(set) var pendingCount = 0
     private(set) var failedCount = 0
+    /// The type identifiers of the records, each once, by ordinal.
+    private(set) var typeNames: [String] = []
+    private var typeOrdinals: [String: UInt32] = [:]
+    /// The records of each type, by ordinal, in each area: counts by type without reading a record.
+    private(set) var pendingByType: [Int] = []
+    private(set) var failedByType: [Int] = []
+    /// The pending records whose own fields count attempts in flight (few: the journal counts
+    /// attempts in attempt frames; records migrated from the earlier layout may count some).
+    private(set) var pendingWithAttemptsInFlight: Set<UUID> = []
+
+    /// The ordinal of type identifier `name` for ``Entry/type``, given it the first time.
+    mutating func typeOrdinal(_ name: String) -> UInt32 {
+        if let ordinal = typeOrdinals[name] { return ordinal }
+        let ordinal = UInt32(typeNames.count)
+        typeNames.append(name)
+        typeOrdinals[name] = ordinal
+        pendingByType.append(0)
+        failedByType.append(0)
+        return ordinal
+    }
 
     /// Sets the record `id` to `entry`, replacing what it was, in either area.
     mutating func set(_ id: UUID, _ entry: Entry) {
         let old = entries.updateValue(entry, forKey: id)
-        if let old { account(old, sign: -1) }
-        account(entry, sign: 1)
+        if let old { account(old, sign: -1, id: id) }
+        account(entry, sign: 1, id: id)
     }
 
     /// Removes the record `id` from whichever area holds it; returns what it was.
     @discardableResult
     mutating func remove(_ id: UUID) -> Entry? {
         guard let old = entries.removeValue(forKey: id) else { return nil }
-        account(old, sign: -1)
+        account(old, sign: -1, id: id)
         return old
     }
 
@@ -74,11 +100,18 @@ struct JournalIndex: Sendable {
         liveBytes[segment] = nil
     }
 
-    private mutating func account(_ entry: Entry, sign: Int) {
+    private mutating func account(_ entry: Entry, sign: Int, id: UUID) {
         liveBytes[entry.location.segment, default: 0] += Int64(sign) * entry.location.liveBytes
         switch entry.area {
-        case .pending: pendingCount += sign
-        case .failed: failedCount += sign
+        case .pending:
+            pendingCount += sign
+            pendingByType[Int(entry.type)] += sign
+            if entry.attemptsInFlight > 0 {
+                if sign > 0 { pendingWithAttemptsInFlight.insert(id) } else { pendingWithAttemptsInFlight.remove(id) }
+            }
+        case .failed:
+            failedCount += sign
+            failedByType[Int(entry.type)] += sign
         }
     }
 }

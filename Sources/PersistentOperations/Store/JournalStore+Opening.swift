@@ -136,7 +136,11 @@ extension JournalStore {
                 let record = try indexFields(frame.body, maximumSize: maximumRecordSize)
                 guard let id = uuid(record.id) else { throw PersistenceError(.corruptRecord, "the record's identifier is not a library-generated identifier") }
                 let location = JournalIndex.Location(segment: segment, offset: Int64(located.offset), length: Int32(frame.size), isFrame: true)
-                state.index.set(id, .init(area: frame.kind == .put ? .pending : .failed, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority))
+                state.index.set(id, .init(
+                    area: frame.kind == .put ? .pending : .failed, attemptsInFlight: UInt8(clamping: record.attemptsInFlight),
+                    type: state.index.typeOrdinal(record.typeIdentifier), location: location,
+                    enqueueSequence: record.enqueueSequence, priority: record.priority
+                ))
                 state.lastEnqueueSequence = max(state.lastEnqueueSequence, record.enqueueSequence)
                 if frame.kind == .moveToFailed { state.attempts[id] = nil }
             case .batch:
@@ -147,7 +151,11 @@ extension JournalStore {
                     let record = try indexFields(part, maximumSize: maximumRecordSize)
                     guard let id = uuid(record.id) else { throw PersistenceError(.corruptRecord, "a record's identifier is not a library-generated identifier") }
                     let location = JournalIndex.Location(segment: segment, offset: offset + 4, length: Int32(part.count), isFrame: false)
-                    entries.append((id, .init(area: .pending, location: location, enqueueSequence: record.enqueueSequence, priority: record.priority)))
+                    entries.append((id, .init(
+                        area: .pending, attemptsInFlight: UInt8(clamping: record.attemptsInFlight),
+                        type: state.index.typeOrdinal(record.typeIdentifier), location: location,
+                        enqueueSequence: record.enqueueSequence, priority: record.priority
+                    )))
                     offset += 4 + Int64(part.count)
                 }
                 for (id, entry) in entries {
@@ -173,7 +181,10 @@ extension JournalStore {
     private static func indexFields(_ body: Data, maximumSize: Int) throws -> RecordFormat.IndexFields {
         if body.count <= maximumSize, let fields = RecordFormat.indexFields(of: body) { return fields }
         let record = try RecordFormat.decode(body, maximumSize: maximumSize)
-        return RecordFormat.IndexFields(id: record.id, enqueueSequence: record.enqueueSequence, priority: record.priority)
+        return RecordFormat.IndexFields(
+            id: record.id, enqueueSequence: record.enqueueSequence, priority: record.priority,
+            typeIdentifier: record.typeIdentifier, attemptsInFlight: record.attemptsInFlight
+        )
     }
 
     /// The salt written in the frame at `offset`.

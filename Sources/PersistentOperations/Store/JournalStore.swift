@@ -398,6 +398,36 @@ package final class JournalStore: Sendable {
         state.withLock { state in state.index.entries.filter { $0.value.area == .failed }.map(\.key.uuidString) }
     }
 
+    /// What the index knows of the two areas, read without a record: what
+    /// `ReadOnlyPersistentStore.counts()` reports.
+    package struct IndexCounts: Sendable, Equatable {
+        package var pending = 0
+        package var failed = 0
+        package var pendingByType: [String: Int] = [:]
+        package var failedByType: [String: Int] = [:]
+        /// The pending records whose own fields count attempts in flight.
+        package var pendingWithAttemptsInFlight: Set<String> = []
+    }
+
+    /// The counts of the areas by type, from the index (no record is read).
+    package func indexCounts() -> IndexCounts {
+        state.withLock { state in
+            var counts = IndexCounts(pending: state.index.pendingCount, failed: state.index.failedCount)
+            for (ordinal, name) in state.index.typeNames.enumerated() {
+                if state.index.pendingByType[ordinal] > 0 { counts.pendingByType[name] = state.index.pendingByType[ordinal] }
+                if state.index.failedByType[ordinal] > 0 { counts.failedByType[name] = state.index.failedByType[ordinal] }
+            }
+            counts.pendingWithAttemptsInFlight = Set(state.index.pendingWithAttemptsInFlight.map(\.uuidString))
+            return counts
+        }
+    }
+
+    /// Whether a record `id` is stored in the pending area.
+    package func isPending(id: String) -> Bool {
+        guard let uuid = Self.uuid(id) else { return false }
+        return state.withLock { $0.index.entries[uuid]?.area == .pending }
+    }
+
     /// Whether a record `id` is stored, in either area.
     package func contains(id: String) -> Bool {
         guard let uuid = Self.uuid(id) else { return false }

@@ -191,6 +191,17 @@ package final class RecordStore: Sendable {
         return (journal, hasFilesOfEarlierLayout())
     }
 
+    /// The counts of a store whose records all live in its journal, from the journal's index
+    /// (no record read), with the number of entries that cannot be read (damaged frames a
+    /// read-only open skipped, files of a newer format left in place); `nil` for a store whose
+    /// records are files of the earlier layout, or partly (not migrated yet).
+    package func indexCounts() throws -> (counts: JournalStore.IndexCounts, unreadable: Int, isPending: (String) -> Bool)? {
+        guard let (journal, filesToo) = try readableJournal(), !filesToo else { return nil }
+        let filesLeft = state.withLock { $0.filesLeft.count }
+        let skipped = access == .readOnly ? journal.openReport.skipped.count : 0
+        return (journal.indexCounts(), skipped + filesLeft, { journal.isPending(id: $0) })
+    }
+
     /// Runs `body` with every read of a read-only store served by one opening of its
     /// journal, where each read would otherwise open it afresh (a sequential read of every
     /// segment): reads that belong together (the areas and markers counted by
