@@ -9,7 +9,7 @@ import Testing
 struct IndexFieldsTests {
     static func fields(_ record: OperationRecord) -> RecordFormat.IndexFields {
         .init(
-            id: record.id, enqueueSequence: record.enqueueSequence, priority: record.priority,
+            id: RecordIdentifier.uuid(record.id)!, enqueueSequence: record.enqueueSequence, priority: record.priority,
             typeIdentifier: record.typeIdentifier, attemptsInFlight: record.attemptsInFlight
         )
     }

@@ -39,4 +39,23 @@ struct RecordIdentifierTests {
             #expect(!OperationRecord.isValidIdentifier(id), "\(id)")
         }
     }
+
+    @Test func everyOneByteChangeOfAnIdentifierParsesAsFoundationReadsItsCanonicalForm() {
+        // Every byte value at every position of a valid identifier: accepted exactly when it
+        // spells the canonical uppercase form of the UUID Foundation reads from it
+        let valid = Array("6F1C9A4E-2B7D-4C1E-9F3A-0D5E8B7C6A21".utf8)
+        var accepted = 0
+        for position in valid.indices {
+            for byte in UInt8.min...UInt8.max {
+                var bytes = valid
+                bytes[position] = byte
+                let parsed = bytes.withUnsafeBufferPointer { RecordIdentifier.uuid(utf8: $0) }
+                let text = String(decoding: bytes, as: UTF8.self)
+                let foundation = UUID(uuidString: text).flatMap { $0.uuidString == text ? $0 : nil }
+                #expect(parsed == foundation, "position \(position), byte \(byte)")
+                if parsed != nil { accepted += 1 }
+            }
+        }
+        #expect(accepted == 32 * 16 + 4)   // each digit position with any of 16 digits, each dash kept
+    }
 }

@@ -16,7 +16,8 @@ import Foundation
 extension RecordFormat {
     /// The fields of a record that the journal's index needs.
     package struct IndexFields: Equatable, Sendable {
-        package var id: String
+        /// The record's identifier, read as the UUID it spells.
+        package var id: UUID
         package var enqueueSequence: UInt64
         package var priority: Int
         /// The type, for counts by type from the index alone.
@@ -67,7 +68,7 @@ private struct PropertyListPeek {
             return Int(offset)
         }
         guard let dictionary = offset(of: top), let (count, references) = container(at: dictionary, marker: 0xD0) else { return nil }
-        var id: String?
+        var id: UUID?
         var sequence: UInt64?
         var priority: Int?
         var formatVersion: Int?
@@ -80,7 +81,7 @@ private struct PropertyListPeek {
             switch key {
             case "id":
                 guard let valueOffset = offset(of: valueReference) else { return nil }
-                id = asciiString(at: valueOffset)
+                id = identifier(at: valueOffset)
             case "enqueueSequence":
                 guard let valueOffset = offset(of: valueReference) else { return nil }
                 sequence = unsignedInteger(at: valueOffset)
@@ -104,7 +105,7 @@ private struct PropertyListPeek {
         // From version 5 on, a priority or a count of attempts in flight of 0 is left out.
         if priority == nil, version >= 5 { priority = 0 }
         if attemptsInFlight == nil, version >= 5 { attemptsInFlight = 0 }
-        guard let id, OperationRecord.isValidIdentifier(id), let sequence, let priority, let typeIdentifier,
+        guard let id, let sequence, let priority, let typeIdentifier,
               let attemptsInFlight, formatVersion == version else { return nil }
         return RecordFormat.IndexFields(
             id: id, enqueueSequence: sequence, priority: priority, typeIdentifier: typeIdentifier, attemptsInFlight: attemptsInFlight
@@ -125,6 +126,13 @@ private struct PropertyListPeek {
         let width = 1 << Int(bytes[offset + 1] & 0x0F)
         guard width <= 8, let count = read(offset + 2, width), count < UInt64(bytes.count) else { return nil }
         return (Int(count), offset + 2 + width)
+    }
+
+    /// The library-generated identifier the ASCII string object at `offset` spells, read
+    /// without making a `String`.
+    private func identifier(at offset: Int) -> UUID? {
+        guard let (count, start) = container(at: offset, marker: 0x50), count == 36, start + count <= bytes.count else { return nil }
+        return RecordIdentifier.uuid(utf8: UnsafeBufferPointer(rebasing: bytes[start..<(start + count)]))
     }
 
     /// The ASCII string object at `offset` (keys and identifiers are ASCII).

@@ -37,43 +37,49 @@ package enum RecordIdentifier {
     /// (`XXXXXXXX-XXXX-XXXX-XXXX-XXXXXXXXXXXX`, hexadecimal digits `0-9A-F`), else `nil`.
     package static func uuid(_ id: String) -> UUID? {
         var id = id
-        return id.withUTF8 { text -> UUID? in
-            guard text.count == 36 else { return nil }
-            // The 32 digits, 16 into each half, with no allocation (this runs for every
-            // record a store opens or reads).
-            var halves: (UInt64, UInt64) = (0, 0)
-            var digits = 0
-            for index in 0..<36 {
-                if index == 8 || index == 13 || index == 18 || index == 23 {
-                    guard text[index] == UInt8(ascii: "-") else { return nil }
-                    continue
-                }
-                guard let value = digit(text[index]) else { return nil }
-                if digits < 16 {
-                    halves.0 = halves.0 << 4 | UInt64(value)
-                } else {
-                    halves.1 = halves.1 << 4 | UInt64(value)
-                }
-                digits += 1
-            }
-            let bigEndian = (halves.0.bigEndian, halves.1.bigEndian)
-            return withUnsafeBytes(of: bigEndian) { raw in
-                UUID(uuid: (raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7],
-                            raw[8], raw[9], raw[10], raw[11], raw[12], raw[13], raw[14], raw[15]))
-            }
+        return id.withUTF8 { uuid(utf8: $0) }
+    }
+
+    /// The UUID the UTF-8 `text` spells in canonical uppercase form, else `nil`: for a reader
+    /// that finds an identifier among other bytes (no `String` made).
+    package static func uuid(utf8 text: UnsafeBufferPointer<UInt8>) -> UUID? {
+        guard text.count == 36, text[8] == dash, text[13] == dash, text[18] == dash, text[23] == dash else { return nil }
+        // The 32 digits, 16 into each half, with no allocation (this runs for every record a
+        // store opens or reads).
+        var high: UInt64 = 0
+        var low: UInt64 = 0
+        var invalid: UInt8 = 0
+        for index in 0..<18 where index != 8 && index != 13 {
+            let value = hexValues[Int(text[index])]
+            invalid |= value
+            high = high << 4 | UInt64(value & 0x0F)
+        }
+        for index in 19..<36 where index != 23 {
+            let value = hexValues[Int(text[index])]
+            invalid |= value
+            low = low << 4 | UInt64(value & 0x0F)
+        }
+        guard invalid & 0xF0 == 0 else { return nil }
+        let bigEndian = (high.bigEndian, low.bigEndian)
+        return withUnsafeBytes(of: bigEndian) { raw in
+            UUID(uuid: (raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7],
+                        raw[8], raw[9], raw[10], raw[11], raw[12], raw[13], raw[14], raw[15]))
+        }
+    }
+
+    private static let dash = UInt8(ascii: "-")
+
+    /// The value of each byte as an uppercase hexadecimal digit, 0xFF for every other byte.
+    private static let hexValues: [UInt8] = (0...255).map { byte in
+        switch UInt8(byte) {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt8(byte) - UInt8(ascii: "0")
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): UInt8(byte) - UInt8(ascii: "A") + 10
+        default: 0xFF
         }
     }
 
     /// Whether `id` is a UUID in canonical uppercase form.
     package static func isValid(_ id: String) -> Bool {
         uuid(id) != nil
-    }
-
-    private static func digit(_ character: UInt8) -> UInt8? {
-        switch character {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): character - UInt8(ascii: "0")
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): character - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 }

@@ -52,6 +52,7 @@ struct JournalIndex: Sendable {
     /// The type identifiers of the records, each once, by ordinal.
     private(set) var typeNames: [String] = []
     private var typeOrdinals: [String: UInt32] = [:]
+    private var lastType: (name: String, ordinal: UInt32)?
     /// The records of each type, by ordinal, in each area: counts by type without reading a record.
     private(set) var pendingByType: [Int] = []
     private(set) var failedByType: [Int] = []
@@ -61,6 +62,9 @@ struct JournalIndex: Sendable {
 
     /// The ordinal of type identifier `name` for ``Entry/type``, given it the first time.
     mutating func typeOrdinal(_ name: String) -> UInt32 {
+        // Records of one type come in runs: the last one's is compared before any hashing.
+        if let last = lastType, last.name == name { return last.ordinal }
+        defer { lastType = (name, typeOrdinals[name]!) }
         if let ordinal = typeOrdinals[name] { return ordinal }
         let ordinal = UInt32(typeNames.count)
         typeNames.append(name)
@@ -75,6 +79,12 @@ struct JournalIndex: Sendable {
         let old = entries.updateValue(entry, forKey: id)
         if let old { account(old, sign: -1, id: id) }
         account(entry, sign: 1, id: id)
+    }
+
+    /// Makes room for `count` records in all, so that the table is not grown (and every
+    /// entry moved) again and again while a large journal is read.
+    mutating func reserveCapacity(_ count: Int) {
+        entries.reserveCapacity(count)
     }
 
     /// Removes the record `id` from whichever area holds it; returns what it was.

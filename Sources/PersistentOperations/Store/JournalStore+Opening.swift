@@ -93,6 +93,15 @@ extension JournalStore {
                 }
             }
             if name == segments.last { lastScan = (name, scan, bytes.count) }
+            if name == segments.first, segments.count > 1, !bytes.isEmpty {
+                // Room for as many records as the first segment suggests the others hold, so
+                // that the index is not grown, and every entry moved, again and again.
+                let totalBytes = segments.reduce(0) { total, segment in
+                    total + Int((try? fileSystem.linkStatus(journalPath + "/" + segment.fileName).size) ?? 0)
+                }
+                let estimate = Double(state.index.entries.count) * Double(totalBytes) / Double(bytes.count)
+                state.index.reserveCapacity(Int(min(estimate * 1.1, Double(Int32.max))))
+            }
         }
         if configuration.isReadOnly {
             // Nothing was quarantined: what would have been is reported as skipped.
@@ -134,7 +143,7 @@ extension JournalStore {
             switch frame.kind {
             case .put, .moveToFailed:
                 let record = try indexFields(frame.body, maximumSize: maximumRecordSize)
-                guard let id = uuid(record.id) else { throw PersistenceError(.corruptRecord, "the record's identifier is not a library-generated identifier") }
+                let id = record.id
                 let location = JournalIndex.Location(segment: segment, offset: Int64(located.offset), length: Int32(frame.size), isFrame: true)
                 state.index.set(id, .init(
                     area: frame.kind == .put ? .pending : .failed, attemptsInFlight: UInt8(clamping: record.attemptsInFlight),
@@ -149,7 +158,7 @@ extension JournalStore {
                 var offset = bodyOffset + 4
                 for part in parts {
                     let record = try indexFields(part, maximumSize: maximumRecordSize)
-                    guard let id = uuid(record.id) else { throw PersistenceError(.corruptRecord, "a record's identifier is not a library-generated identifier") }
+                    let id = record.id
                     let location = JournalIndex.Location(segment: segment, offset: offset + 4, length: Int32(part.count), isFrame: false)
                     entries.append((id, .init(
                         area: .pending, attemptsInFlight: UInt8(clamping: record.attemptsInFlight),
@@ -181,8 +190,11 @@ extension JournalStore {
     private static func indexFields(_ body: Data, maximumSize: Int) throws -> RecordFormat.IndexFields {
         if body.count <= maximumSize, let fields = RecordFormat.indexFields(of: body) { return fields }
         let record = try RecordFormat.decode(body, maximumSize: maximumSize)
+        guard let id = RecordIdentifier.uuid(record.id) else {
+            throw PersistenceError(.corruptRecord, "the record's identifier is not a library-generated identifier")
+        }
         return RecordFormat.IndexFields(
-            id: record.id, enqueueSequence: record.enqueueSequence, priority: record.priority,
+            id: id, enqueueSequence: record.enqueueSequence, priority: record.priority,
             typeIdentifier: record.typeIdentifier, attemptsInFlight: record.attemptsInFlight
         )
     }
