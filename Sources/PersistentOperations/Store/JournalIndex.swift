@@ -45,8 +45,17 @@ struct JournalIndex: Sendable {
     }
 
     private(set) var entries: [UUID: Entry] = [:]
+    /// The live bytes of `segment`.
+    func liveBytes(of segment: JournalSegmentName) -> Int64 {
+        let unsettled = unsettledLiveBytes.map { $0.segment == segment ? $0.delta : 0 } ?? 0
+        return (settledLiveBytes[segment] ?? 0) + unsettled
+    }
+
     /// Live bytes per segment.
-    private(set) var liveBytes: [JournalSegmentName: Int64] = [:]
+    private var settledLiveBytes: [JournalSegmentName: Int64] = [:]
+    /// Changes of one segment's live bytes not yet in `settledLiveBytes`: the records of a
+    /// segment are indexed one after another, and its count is looked up once for the run.
+    private var unsettledLiveBytes: (segment: JournalSegmentName, delta: Int64)?
     private(set) var pendingCount = 0
     private(set) var failedCount = 0
     /// The type identifiers of the records, each once, by ordinal.
@@ -107,11 +116,24 @@ struct JournalIndex: Sendable {
 
     /// Forgets the live-byte count of a segment compaction removed (its records moved).
     mutating func forgetSegment(_ segment: JournalSegmentName) {
-        liveBytes[segment] = nil
+        settleLiveBytes()
+        settledLiveBytes[segment] = nil
+    }
+
+    private mutating func settleLiveBytes() {
+        guard let (segment, delta) = unsettledLiveBytes else { return }
+        unsettledLiveBytes = nil
+        settledLiveBytes[segment, default: 0] += delta
     }
 
     private mutating func account(_ entry: Entry, sign: Int, id: UUID) {
-        liveBytes[entry.location.segment, default: 0] += Int64(sign) * entry.location.liveBytes
+        let delta = Int64(sign) * entry.location.liveBytes
+        if let unsettled = unsettledLiveBytes, unsettled.segment == entry.location.segment {
+            unsettledLiveBytes?.delta += delta
+        } else {
+            settleLiveBytes()
+            unsettledLiveBytes = (entry.location.segment, delta)
+        }
         switch entry.area {
         case .pending:
             pendingCount += sign

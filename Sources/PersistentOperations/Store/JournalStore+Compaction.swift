@@ -71,7 +71,7 @@ extension JournalStore {
             var live: Int64 = 0
             for (name, size) in state.sizes where name != active.file.name {
                 sealed += size
-                live += state.index.liveBytes[name] ?? 0
+                live += state.index.liveBytes(of: name)
             }
             // A store whose every record has gone (its work drained) starts over: the active
             // segment is sealed and merged with the others into nothing.

@@ -303,7 +303,7 @@ extension JournalStore {
     /// Removes the segments a compaction replaced that a crash left behind.
     private static func removeReplacedSegments(state: inout State, journalPath: String, configuration: Configuration) {
         guard let newest = state.segments.keys.filter({ $0.generation > 0 }).max() else { return }
-        for name in state.segments.keys.sorted() where name < newest && (state.index.liveBytes[name] ?? 0) == 0 {
+        for name in state.segments.keys.sorted() where name < newest && state.index.liveBytes(of: name) == 0 {
             guard (try? configuration.fileSystem.unlink(journalPath + "/" + name.fileName)) != nil else { return }
             if configuration.flushes { try? configuration.fileSystem.synchronizeDirectory(journalPath) }
             state.segments[name] = nil
