@@ -171,10 +171,17 @@ package final class RecordStore: Sendable {
             }
             lock = nil
             // Each read opens the journal afresh (see `readableJournal()`), to follow the
-            // changes of the process that holds the store.
+            // changes of the process that holds the store; opening it here as well would read
+            // every segment once more for nothing. A journal that cannot be listed fails now;
+            // a segment that cannot be read (or of a newer format) fails the reads.
             journal = nil
-            if configuration.engine == .journal {
-                _ = try readableJournal()
+            let journalPath = layout.root + "/journal"
+            if configuration.engine == .journal, (try? fileSystem.linkStatus(journalPath))?.kind == .directory {
+                do {
+                    _ = try fileSystem.contentsOfDirectory(journalPath)
+                } catch {
+                    throw PersistenceError(.readFailed, "Cannot list the journal directory.", fileURL: URL(fileURLWithPath: journalPath), underlyingError: error)
+                }
             }
         }
     }
