@@ -123,13 +123,7 @@ struct JournalStoreTests {
         // in a store that counts its reads
         let directory = try TemporaryDirectory()
         let reads = Locked(0)
-        var fileSystem = FileSystem.system
-        let readAt = fileSystem.readAt
-        fileSystem.readAt = { descriptor, buffer, offset in
-            reads.withLock { $0 += 1 }
-            return try readAt(descriptor, buffer, offset)
-        }
-        let store = try JournalStore(directory: directory.store, configuration: JournalStore.Configuration(fileSystem: fileSystem))
+        let store = try JournalStore(directory: directory.store, configuration: JournalStore.Configuration(fileSystem: .countingReads(reads)))
         defer { store.close() }
         var records: [OperationRecord] = []
         for sequence in [5, 1, 4, 2, 3, 6] as [UInt64] {

@@ -278,6 +278,16 @@ func whileTheGlobalQueueIsHeld<T: Sendable>(_ body: @escaping @Sendable () -> T)
 }
 
 extension FileSystem {
+    /// The system's file system counting its positioned reads (`pread`) in `reads`.
+    static func countingReads(_ reads: Locked<Int>) -> FileSystem {
+        var fileSystem = FileSystem.system
+        fileSystem.readAt = { descriptor, buffer, offset in
+            reads.withLock { $0 += 1 }
+            return try FileSystem.system.readAt(descriptor, buffer, offset)
+        }
+        return fileSystem
+    }
+
     /// The system's file system counting its flushes in `flushes`: every `fdatasync`, and with
     /// `fileSyncs` every `fsync`, with `directorySyncs` every directory sync too.
     static func countingFlushes(_ flushes: Locked<Int>, fileSyncs: Bool = false, directorySyncs: Bool = false) -> FileSystem {

@@ -106,13 +106,7 @@ struct UniqueKeyBeforeRestoreTests {
         let first = try QueueFixture(suspended: true)
         try first.queue.addOperation(first.upload("stored"), options: EnqueueOptions(uniqueKey: "k0"))
         let listings = Locked(0)
-        var fileSystem = FileSystem.system
-        let readAt = fileSystem.readAt
-        fileSystem.readAt = { descriptor, buffer, offset in
-            listings.withLock { $0 += 1 }
-            return try readAt(descriptor, buffer, offset)
-        }
-        let second = try relaunch(first, fileSystem: fileSystem)
+        let second = try relaunch(first, fileSystem: .countingReads(listings))
 
         // When it adds operations without a key, then with keys, then without, before restore
         for index in 0..<3 { try second.queue.addOperation(second.upload("plain\(index)")) }

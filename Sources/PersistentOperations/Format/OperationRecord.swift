@@ -124,73 +124,73 @@ package struct OperationRecord: Codable, Sendable, Equatable {
     /// Free-form labels used to query and cancel operations.
     package var tags: [String] {
         get { extras?.tags ?? [] }
-        set { changeExtras(to: newValue, isDefault: newValue.isEmpty) { $0.tags = $1 } }
+        set { extras.changeField(to: newValue, isDefault: newValue.isEmpty) { $0.tags = $1 } }
     }
     /// A caller-chosen identifier for unique work, when set.
     package var uniqueKey: String? {
         get { extras?.uniqueKey }
-        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.uniqueKey = $1 } }
+        set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.uniqueKey = $1 } }
     }
     /// The description of the error that ended the last attempt, when there was one.
     package var lastErrorDescription: String? {
         get { extras?.lastErrorDescription }
-        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.lastErrorDescription = $1 } }
+        set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.lastErrorDescription = $1 } }
     }
     /// Why the record is in the failed area; `nil` for pending records.
     package var failureReason: String? {
         get { extras?.failureReason }
-        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.failureReason = $1 } }
+        set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.failureReason = $1 } }
     }
     /// The records that must succeed before this one starts (version 2).
     package var prerequisites: [String] {
         get { extras?.prerequisites ?? [] }
-        set { changeExtras(to: newValue, isDefault: newValue.isEmpty) { $0.prerequisites = $1 } }
+        set { extras.changeField(to: newValue, isDefault: newValue.isEmpty) { $0.prerequisites = $1 } }
     }
     /// The `addOperations` batch this record was stored with, while its commit marker
     /// decides whether it counts (version 2).
     package var batchID: String? {
         get { extras?.batchID }
-        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.batchID = $1 } }
+        set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.batchID = $1 } }
     }
     /// In the failed area: the prerequisite whose failure failed this record (version 2).
     package var failedPrerequisite: String? {
         get { extras?.failedPrerequisite }
-        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.failedPrerequisite = $1 } }
+        set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.failedPrerequisite = $1 } }
     }
     /// No attempt starts at or after this date (version 3).
     package var expiresAt: Date? {
         get { extras?.expiresAt }
-        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.expiresAt = $1 } }
+        set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.expiresAt = $1 } }
     }
     /// The run conditions that must all hold before an attempt starts, sorted (version 3).
     package var conditions: [String] {
         get { extras?.conditions ?? [] }
-        set { changeExtras(to: newValue, isDefault: newValue.isEmpty) { $0.conditions = $1 } }
+        set { extras.changeField(to: newValue, isDefault: newValue.isEmpty) { $0.conditions = $1 } }
     }
     /// Seconds between consecutive periods' targets; `nil` unless the operation is periodic (version 4).
     package var repeatInterval: Double? {
         get { extras?.repeatInterval }
-        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.repeatInterval = $1 } }
+        set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.repeatInterval = $1 } }
     }
     /// Seconds before a period's target from which it may start (version 4).
     package var repeatFlex: Double {
         get { extras?.repeatFlex ?? 0 }
-        set { changeExtras(to: newValue, isDefault: newValue == 0 && newValue.sign == .plus) { $0.repeatFlex = $1 } }
+        set { extras.changeField(to: newValue, isDefault: newValue == 0 && newValue.sign == .plus) { $0.repeatFlex = $1 } }
     }
     /// The target of the current period of a periodic operation (version 4).
     package var periodTarget: Date? {
         get { extras?.periodTarget }
-        set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.periodTarget = $1 } }
+        set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.periodTarget = $1 } }
     }
     /// Periods of a periodic operation that have ended (version 4).
     package var completedPeriods: Int {
         get { extras?.completedPeriods ?? 0 }
-        set { changeExtras(to: newValue, isDefault: newValue == 0) { $0.completedPeriods = $1 } }
+        set { extras.changeField(to: newValue, isDefault: newValue == 0) { $0.completedPeriods = $1 } }
     }
 
     /// The fields most records leave at their defaults. Shared by copies of a record until one
     /// of them changes a field (copy on write); never changed while shared, hence `Sendable`.
-    private final class Extras: @unchecked Sendable {
+    private final class Extras: CopyOnWriteFields, @unchecked Sendable {
         var tags: [String] = []
         var uniqueKey: String?
         var lastErrorDescription: String?
@@ -231,20 +231,6 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             copy.completedPeriods = completedPeriods
             return copy
         }
-    }
-
-    /// Sets a field of `extras` to `value` through `set`, copying the box first when another
-    /// record shares it, and dropping it once every field is back to its default.
-    private mutating func changeExtras<Value>(to value: Value, isDefault: Bool, _ set: (Extras, Value) -> Void) {
-        if extras == nil {
-            guard !isDefault else { return }
-            extras = Extras()
-        } else if !isKnownUniquelyReferenced(&extras) {
-            extras = extras?.copy()
-        }
-        guard let box = extras else { return }
-        set(box, value)
-        if isDefault, box.isDefault { extras = nil }
     }
 
     /// Creates a record of format ``currentFormatVersion`` with a fresh identifier.

@@ -82,47 +82,47 @@ extension PersistentOperationQueue {
         /// Crashes attributed to this operation (see `+Isolation`).
         var crashes: Int {
             get { extras?.crashes ?? 0 }
-            set { changeExtras(to: newValue, isDefault: newValue == 0) { $0.crashes = $1 } }
+            set { extras.changeField(to: newValue, isDefault: newValue == 0) { $0.crashes = $1 } }
         }
         /// Kills while the app was active attributed to this operation, in a row (see `+Isolation`).
         var kills: Int {
             get { extras?.kills ?? 0 }
-            set { changeExtras(to: newValue, isDefault: newValue == 0) { $0.kills = $1 } }
+            set { extras.changeField(to: newValue, isDefault: newValue == 0) { $0.kills = $1 } }
         }
         /// The call that starts a due retry attempt, once its slot starts.
         var pendingAdmission: (@Sendable () -> Void)? {
             get { extras?.pendingAdmission }
-            set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.pendingAdmission = $1 } }
+            set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.pendingAdmission = $1 } }
         }
         /// Live dependents whose Foundation `dependencies` name this operation: kept alive until
         /// it has finished, because Foundation's `Operation` keeps only an unretained reference
         /// to them and touches it when this one finishes.
         var heldDependents: [Operation] {
             get { extras?.heldDependents ?? [] }
-            set { changeExtras(to: newValue, isDefault: newValue.isEmpty) { $0.heldDependents = $1 } }
+            set { extras.changeField(to: newValue, isDefault: newValue.isEmpty) { $0.heldDependents = $1 } }
         }
         /// The timer of the record's expiration date, while the operation has not started.
         var expiryTimer: DueTimer.Token? {
             get { extras?.expiryTimer }
-            set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.expiryTimer = $1 } }
+            set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.expiryTimer = $1 } }
         }
         /// Set when the operation is finished because it expired before it started: its end,
         /// however the operation reports it, is this failure (see `+Deadlines`).
         var expiry: RetryingOperationError? {
             get { extras?.expiry }
-            set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.expiry = $1 } }
+            set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.expiry = $1 } }
         }
         /// The run condition the entry waits for while `waitingForConditions`.
         var parkedUnder: String? {
             get { extras?.parkedUnder }
-            set { changeExtras(to: newValue, isDefault: newValue == nil) { $0.parkedUnder = $1 } }
+            set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.parkedUnder = $1 } }
         }
 
         /// The bookkeeping only some entries need (crash evidence, a retry's admission, held
         /// dependents, an expiration, a run condition), out of line: an entry of a backlog
         /// takes about 200 bytes instead of 300. Shared by copies of an entry until one of
         /// them changes a field (copy on write); never changed while shared, hence `Sendable`.
-        private final class Extras: @unchecked Sendable {
+        private final class Extras: CopyOnWriteFields, @unchecked Sendable {
             var crashes = 0
             var kills = 0
             var pendingAdmission: (@Sendable () -> Void)?
@@ -147,20 +147,6 @@ extension PersistentOperationQueue {
                 copy.parkedUnder = parkedUnder
                 return copy
             }
-        }
-
-        /// Sets a field of `extras` through `set`, copying the box first when another entry
-        /// shares it, and dropping it once every field is back to its default.
-        private mutating func changeExtras<Value>(to value: Value, isDefault: Bool, _ set: (Extras, Value) -> Void) {
-            if extras == nil {
-                guard !isDefault else { return }
-                extras = Extras()
-            } else if !isKnownUniquelyReferenced(&extras) {
-                extras = extras?.copy()
-            }
-            guard let box = extras else { return }
-            set(box, value)
-            if isDefault, box.isDefault { extras = nil }
         }
 
         /// The state reported to users: a due retry queued for a slot still counts as
