@@ -15,9 +15,9 @@ import Darwin
 /// resident memory is its own, not that of the benchmarks that ran before:
 ///
 /// - **restore:** open a `PersistentOperationQueue` on the store with the type registered
-///   and its `OperationQueue` suspended, and time `restore()`: listing, reading, verifying
-///   (CRC-32, structure) and decoding every record, rebuilding every operation from its
-///   payload and scheduling it (nothing runs).
+///   and its `OperationQueue` suspended, and time `restore()`: reading, verifying (CRC-32,
+///   structure) and decoding every record (not its payload) and scheduling it (nothing runs;
+///   each operation is built from its payload when it is due).
 /// - **baseline, bare read + decode:** list the same directory, read each file whole
 ///   (`open`, `fstat`, `read`), skip the 20-byte header, decode the body with
 ///   `PropertyListDecoder` into a plain `Decodable` struct with the record's fields, and
