@@ -33,9 +33,7 @@ package enum BinaryPropertyListReader {
 
     /// Verifies `data` and returns its top object.
     package static func value(from data: Data) throws(Rejection) -> PropertyListValue {
-        let bytes = [UInt8](data)
-        let graph = try ObjectGraph(bytes: bytes)
-        try graph.verifyReachableStructure()
+        let graph = try verifiedGraph(of: data)
         return graph.value(at: graph.topObject)
     }
 
@@ -44,16 +42,20 @@ package enum BinaryPropertyListReader {
     /// dictionary): no dictionary is built for the top level, so a reader that looks at each
     /// entry once (a record) hashes no key.
     package static func topLevelEntries(from data: Data) throws(Rejection) -> [(key: String, value: PropertyListValue)]? {
-        let bytes = [UInt8](data)
-        let graph = try ObjectGraph(bytes: bytes)
-        try graph.verifyReachableStructure()
+        let graph = try verifiedGraph(of: data)
         return graph.entries(at: graph.topObject)
     }
 
     /// Verifies `data` without building values; throws the reason when it is rejected.
     package static func verify(_ data: Data) throws(Rejection) {
+        _ = try verifiedGraph(of: data)
+    }
+
+    /// The parsed objects of `data`, once every check above has passed.
+    private static func verifiedGraph(of data: Data) throws(Rejection) -> ObjectGraph {
         let graph = try ObjectGraph(bytes: [UInt8](data))
         try graph.verifyReachableStructure()
+        return graph
     }
 }
 
