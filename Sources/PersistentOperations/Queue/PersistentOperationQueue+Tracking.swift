@@ -110,6 +110,7 @@ extension PersistentOperationQueue {
         guard let entry = found.entry else { return nil }
         var record = entry.record
         let built: Operation
+        var failure = "the operation could not be rebuilt from its record"
         do {
             if record.payload.isEmpty {
                 let stored = try store.readPending(id: id)
@@ -121,18 +122,14 @@ extension PersistentOperationQueue {
             guard let type = found.type else {
                 throw PersistenceError(.unknownType, "\"\(record.typeIdentifier)\" is no longer registered")
             }
-            do {
-                built = try type.makeOperation(record.payload)
-            } catch {
-                // Checked here, not by the restore: a restore reads only what scheduling needs.
-                guard state.withLock({ $0.entries[id] != nil }) else { return nil }
-                quarantineUnbuildable(record, reason: "the payload does not decode as \"\(record.typeIdentifier)\": \(error)")
-                return nil
-            }
+            // The payload is checked here, not by the restore: a restore reads only what
+            // scheduling needs.
+            failure = "the payload does not decode as \"\(record.typeIdentifier)\""
+            built = try type.makeOperation(record.payload)
         } catch {
             // Cancelled and forgotten meanwhile (its record removed): nothing to quarantine.
             guard state.withLock({ $0.entries[id] != nil }) else { return nil }
-            quarantineUnbuildable(record, reason: "the operation could not be rebuilt from its record: \(error)")
+            quarantineUnbuildable(record, reason: "\(failure): \(error)")
             return nil
         }
         built.queuePriority = Operation.QueuePriority(rawValue: record.priority) ?? .normal
