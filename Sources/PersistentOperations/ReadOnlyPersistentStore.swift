@@ -245,21 +245,20 @@ public final class ReadOnlyPersistentStore: Sendable {
                 }
                 counts.running = running.count
             }
-            counts.quarantined = try store.quarantinedEntryNames().count
             counts.unreadable = index.unreadable
-            return counts
+        } else {
+            // One record at a time: the counts of a large store, not its records, are kept.
+            let unreadable = try forEachPendingRecord { record in
+                counts.pending += 1
+                if record.state == .running { counts.running += 1 }
+                counts.pendingByType[record.typeIdentifier, default: 0] += 1
+            }
+            let failed = try failedRecords()
+            counts.failed = failed.records.count
+            counts.unreadable = unreadable.count + failed.unreadable.count
+            for record in failed.records { counts.failedByType[record.typeIdentifier, default: 0] += 1 }
         }
-        // One record at a time: the counts of a large store, not its records, are kept.
-        let unreadable = try forEachPendingRecord { record in
-            counts.pending += 1
-            if record.state == .running { counts.running += 1 }
-            counts.pendingByType[record.typeIdentifier, default: 0] += 1
-        }
-        let failed = try failedRecords()
-        counts.failed = failed.records.count
         counts.quarantined = try store.quarantinedEntryNames().count
-        counts.unreadable = unreadable.count + failed.unreadable.count
-        for record in failed.records { counts.failedByType[record.typeIdentifier, default: 0] += 1 }
         return counts
     }
 

@@ -73,13 +73,17 @@ struct JournalIndex: Sendable {
     mutating func typeOrdinal(_ name: String) -> UInt32 {
         // Records of one type come in runs: the last one's is compared before any hashing.
         if let last = lastType, last.name == name { return last.ordinal }
-        defer { lastType = (name, typeOrdinals[name]!) }
-        if let ordinal = typeOrdinals[name] { return ordinal }
-        let ordinal = UInt32(typeNames.count)
-        typeNames.append(name)
-        typeOrdinals[name] = ordinal
-        pendingByType.append(0)
-        failedByType.append(0)
+        let ordinal: UInt32
+        if let known = typeOrdinals[name] {
+            ordinal = known
+        } else {
+            ordinal = UInt32(typeNames.count)
+            typeNames.append(name)
+            typeOrdinals[name] = ordinal
+            pendingByType.append(0)
+            failedByType.append(0)
+        }
+        lastType = (name, ordinal)
         return ordinal
     }
 
