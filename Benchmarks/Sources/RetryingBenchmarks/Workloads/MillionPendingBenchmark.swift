@@ -47,9 +47,7 @@ struct MillionPendingBenchmark: Benchmark {
         defer { sqliteDirectory.remove() }
 
         var start = Timing.now()
-        let writer = try StoreFixture.openQueue(directory.url, suspended: true)
-        try StoreFixture.addInBatches(count, to: writer)
-        writer.close()
+        try StoreFixture.fillInBatches(count, at: directory.url)
         context.progress(String(format: "stored %@ operations in %.1f s", label, Timing.seconds(from: start, to: Timing.now())))
 
         start = Timing.now()
@@ -91,18 +89,10 @@ struct MillionPendingBenchmark: Benchmark {
         defer { small.remove() }
         let smallCount = min(100, count)
         let drainBaselineCount = min(10_000, count)
-        do {
-            let queue = try StoreFixture.openQueue(small.url, suspended: true)
-            try StoreFixture.addInBatches(smallCount, to: queue)
-            queue.close()
-        }
+        try StoreFixture.fillInBatches(smallCount, at: small.url)
         let drainBaseline = try TemporaryDirectory("m-drain")
         defer { drainBaseline.remove() }
-        do {
-            let queue = try StoreFixture.openQueue(drainBaseline.url, suspended: true)
-            try StoreFixture.addInBatches(drainBaselineCount, to: queue)
-            queue.close()
-        }
+        try StoreFixture.fillInBatches(drainBaselineCount, at: drainBaseline.url)
         let latency = try RestoreBenchmark.measureInChild(.latency, directory: directory.url, count: count)
         let smallLatency = try RestoreBenchmark.measureInChild(.latency, directory: small.url, count: smallCount)
         context.progress(String(format: "add latency: %.2f ms at %@ pending vs %.2f ms at %d", latency.seconds * 1000, label, smallLatency.seconds * 1000, smallCount))

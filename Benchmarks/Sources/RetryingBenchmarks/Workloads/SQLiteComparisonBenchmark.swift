@@ -283,11 +283,7 @@ struct SQLiteComparisonBenchmark: Benchmark {
     static func largeRestore(_ count: Int, payload: Data) throws -> (ours: Double, sqlite: Double) {
         let ours = try TemporaryDirectory("s4-ours")
         defer { ours.remove() }
-        let writer = try StoreFixture.openQueue(ours.url, suspended: true)
-        for _ in 0..<(count / 10_000) {
-            _ = try writer.addOperations((0..<10_000).map { _ in StoredBenchmarkOperation(payload: .example) })
-        }
-        writer.close()
+        try StoreFixture.fillInBatches(count, at: ours.url)
         var opened: PersistentOperationQueue?
         var report = RestoreReport()
         let restore = try Timing.seconds {

@@ -123,6 +123,14 @@ enum StoreFixture {
         }
     }
 
+    /// Fills a new store at `directory` with `count` typical operations, 10,000 to an
+    /// `addOperations` (a suspended queue), then closes it.
+    static func fillInBatches(_ count: Int, at directory: URL) throws {
+        let queue = try openQueue(directory, suspended: true)
+        try addInBatches(count, to: queue)
+        queue.close()
+    }
+
     /// Adds `count` typical operations to `queue` from `producers` threads at once (the
     /// queue shares directory syncs among concurrent adds, so this is much faster than one
     /// thread).
