@@ -94,7 +94,10 @@ struct AppCommand {
         }
         // An upload restored in this launch is stored already, and may have finished and freed its
         // unique key by now (the albums above take time to add): adding it again would run it again.
-        for job in jobs where !earlier.acknowledged.contains(job.index) && restored[job.index] == nil {
+        // So is one that an earlier launch started: it may have crashed that launch before its add
+        // was acknowledged (a crasher's attempt can start and trap before `addOperation` returns),
+        // and may sit in the failed area now, where its unique key is free again.
+        for job in jobs where !earlier.stored.contains(job.index) && restored[job.index] == nil {
             // The unique key makes re-adding after a kill between add and acknowledgement a no-op.
             let result = try queue.addOperation(DemoUpload(payload: job), options: EnqueueOptions(uniqueKey: "upload-\(job.index)"))
             Effects.write("ack \(job.index) id=\(result.id)")
@@ -118,9 +121,8 @@ struct AppCommand {
 
 /// What the journal says earlier launches did.
 struct EarlierLaunches {
-    /// Uploads whose add was acknowledged, or that finished: not to be added again.
-    var acknowledged = Set<Int>()
-    /// Uploads that were durably stored: acknowledged, started, restored or finished.
+    /// Uploads that were durably stored — acknowledged, started, restored or finished — and are
+    /// not to be added again.
     var stored = Set<Int>()
     /// Uploads whose success was journaled.
     var done = Set<Int>()
@@ -129,17 +131,10 @@ struct EarlierLaunches {
         guard FileManager.default.fileExists(atPath: effects) else { return }
         for event in try JournalTail.allEvents(at: effects) {
             switch event {
-            case .acknowledged(let index, _, _):
-                acknowledged.insert(index)
-                stored.insert(index)
             case .done(let index):
-                acknowledged.insert(index)
                 stored.insert(index)
                 done.insert(index)
-            case .failed(let index):
-                acknowledged.insert(index)
-                stored.insert(index)
-            case .started(let index, _, _), .restored(let index, _):
+            case .acknowledged(let index, _, _), .failed(let index), .started(let index, _, _), .restored(let index, _):
                 stored.insert(index)
             default:
                 break
