@@ -10,7 +10,8 @@ struct IndexFieldsTests {
     static func fields(_ record: OperationRecord) -> RecordFormat.IndexFields {
         .init(
             id: RecordIdentifier.uuid(record.id)!, enqueueSequence: record.enqueueSequence, priority: record.priority,
-            typeIdentifier: record.typeIdentifier, attemptsInFlight: record.attemptsInFlight
+            typeIdentifier: record.typeIdentifier, attemptsInFlight: record.attemptsInFlight,
+            dueDate: record.dueDate, isPeriodic: record.isPeriodic
         )
     }
 
@@ -31,6 +32,39 @@ struct IndexFieldsTests {
         }
     }
 
+    /// A record with some of its dates (not before, next attempt) and, one in five, periodic.
+    static func makeDatedRecord(index: Int) throws -> OperationRecord {
+        var record = try makeRecord(index: index, sequence: UInt64(index) * 1_000_003, priority: index - 10)
+        if index % 2 == 0 { record.notBefore = Date(timeIntervalSinceReferenceDate: 770_000_000.25 + Double(index)) }
+        if index % 3 == 0 { record.nextAttemptAt = Date(timeIntervalSinceReferenceDate: 770_000_100.5 - Double(index) * 20) }
+        if index % 5 == 0 {
+            record.repeatInterval = 3_600
+            record.periodTarget = Date(timeIntervalSinceReferenceDate: 770_003_600)
+        }
+        return record
+    }
+
+    @Test func dueDatesAndThePeriodicFlagReadTheSameAsTheFullDecode() throws {
+        // Given records with neither, either or both of their dates (the later one is when
+        // they are due), periodic or not, extreme dates among them
+        var records = try (0..<20).map { try Self.makeDatedRecord(index: $0) }
+        var extreme = try makeRecord(index: 21)
+        extreme.notBefore = .distantPast
+        extreme.nextAttemptAt = .distantFuture
+        records.append(extreme)
+        for record in records {
+            for version in [4, 5] {
+                // When only the index fields are read, they are those of the full decode
+                let file = try RecordFormat.encode(record, formatVersion: version)
+                let fields = RecordFormat.indexFields(of: file)
+                #expect(fields == Self.fields(try RecordFormat.decode(file)), "\(record.id), version \(version)")
+                #expect(fields?.dueDate == record.dueDate)
+                #expect(fields?.isPeriodic == record.isPeriodic)
+            }
+        }
+        #expect(records.contains { $0.isPeriodic } && records.contains { $0.notBefore != nil && $0.nextAttemptAt != nil })
+    }
+
     @Test func damagedBytesNeverCrashAndNeverReadAsOtherFields() async throws {
         // (Twenty thousand damaged records read without a pause: on a thread of its own, not one
         // of the few threads that run every test)
@@ -48,7 +82,7 @@ struct IndexFieldsTests {
     static func readDamagedRecords() throws -> (read: Int, agreed: Int, compared: [(index: Int, fields: RecordFormat.IndexFields, full: RecordFormat.IndexFields)]) {
         // Given record files damaged at random (bit flips, truncation, overwritten runs)
         var random = SeededGenerator(seed: 4242)
-        let records = try (0..<20).map { try makeRecord(index: $0, sequence: UInt64($0) * 1_000_003, priority: $0 - 10) }
+        let records = try (0..<20).map { try Self.makeDatedRecord(index: $0) }
         var read = 0, agreed = 0
         var compared: [(index: Int, fields: RecordFormat.IndexFields, full: RecordFormat.IndexFields)] = []
         for index in 0..<20_000 {

@@ -25,6 +25,10 @@ extension RecordFormat {
         /// Attempts in flight the record itself counts (records of the journal count theirs in
         /// attempt frames: 0), for the count of running attempts.
         package var attemptsInFlight: Int
+        /// When it may next start (``OperationRecord/dueDate``), for the next due date.
+        package var dueDate: Date? = nil
+        /// Whether it is a periodic operation's record, for counts of periodic series.
+        package var isPeriodic = false
     }
 
     /// The index fields of the record file `file`, read without verifying the rest of it, or
@@ -74,6 +78,9 @@ private struct PropertyListPeek {
         var formatVersion: Int?
         var typeIdentifier: String?
         var attemptsInFlight: Int?
+        var notBefore: Double?
+        var nextAttemptAt: Double?
+        var isPeriodic = false
         for index in 0..<count {
             guard let keyReference = read(references + index * referenceSize, referenceSize),
                   let valueReference = read(references + (count + index) * referenceSize, referenceSize),
@@ -98,6 +105,15 @@ private struct PropertyListPeek {
             case "attemptsInFlight":
                 guard let valueOffset = offset(of: valueReference), let value = signedInteger(at: valueOffset) else { return nil }
                 attemptsInFlight = Int(exactly: value)
+            case "notBefore":
+                guard let valueOffset = offset(of: valueReference), let value = date(at: valueOffset) else { return nil }
+                notBefore = value
+            case "nextAttemptAt":
+                guard let valueOffset = offset(of: valueReference), let value = date(at: valueOffset) else { return nil }
+                nextAttemptAt = value
+            case "repeatInterval":
+                // Read from version 4 on (an earlier record's field is ignored, as the decoder does).
+                isPeriodic = version >= 4
             default:
                 continue
             }
@@ -107,8 +123,10 @@ private struct PropertyListPeek {
         if attemptsInFlight == nil, version >= 5 { attemptsInFlight = 0 }
         guard let id, let sequence, let priority, let typeIdentifier,
               let attemptsInFlight, formatVersion == version else { return nil }
+        let due = [notBefore, nextAttemptAt].compactMap { $0 }.max()
         return RecordFormat.IndexFields(
-            id: id, enqueueSequence: sequence, priority: priority, typeIdentifier: typeIdentifier, attemptsInFlight: attemptsInFlight
+            id: id, enqueueSequence: sequence, priority: priority, typeIdentifier: typeIdentifier, attemptsInFlight: attemptsInFlight,
+            dueDate: due.map(Date.init(timeIntervalSinceReferenceDate:)), isPeriodic: isPeriodic
         )
     }
 
@@ -150,6 +168,14 @@ private struct PropertyListPeek {
         let width = 1 << Int(bytes[offset] & 0x0F)
         guard width <= 8, let value = read(offset + 1, width) else { return nil }
         return width == 8 ? Int64(bitPattern: value) : Int64(value)
+    }
+
+    /// The date object at `offset`, in seconds since the reference date, or nil when it is not
+    /// a date of a finite value.
+    private func date(at offset: Int) -> Double? {
+        guard offset < bytes.count, bytes[offset] == 0x33, let bits = read(offset + 1, 8) else { return nil }
+        let value = Double(bitPattern: bits)
+        return value.isFinite ? value : nil
     }
 
     /// The non-negative integer object at `offset`, including the 16-byte form of values

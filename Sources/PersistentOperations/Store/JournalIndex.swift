@@ -1,50 +1,76 @@
 import Foundation
 
-/// The journal's in-memory index: for each record, its area and where its bytes are, plus
-/// the little the queue orders by (enqueue sequence, priority); never a payload.
+/// The journal's in-memory index: for each record, its area, its type, where its bytes are,
+/// and the little that counts and due dates need (when it is due, whether it is periodic);
+/// never a payload.
 ///
-/// About 72 bytes a record plus the dictionary's overhead (a record's type is an ordinal into
-/// one list of the type identifiers), and no allocation per record: the
-/// key is a `UUID`, not a `String` (36 characters would take a heap allocation each), and no
-/// payload is kept. The index also keeps, per segment, how many of its bytes
-/// are live (belong to the current version of a record): the rest is what compaction reclaims.
+/// 40 bytes a record, in a table of 56-byte slots at most 80 % full (``RecordTable``): about
+/// 70 bytes a record in all, and no allocation per record. The key is a `UUID`, not a `String`
+/// (36 characters would take a heap allocation each); a record's type is an ordinal into one
+/// list of the type identifiers. The index also keeps, per segment, how many of its bytes are
+/// live (belong to the current version of a record): the rest is what compaction reclaims.
 struct JournalIndex: Sendable {
     /// The area a record is in.
     enum Area: UInt8, Sendable {
         case pending, failed
     }
 
-    /// Where a record's bytes are.
+    /// Where a record's bytes are. (The offset first: a segment's name takes 12 bytes, and
+    /// the fields after it fill the 4 its alignment would leave.)
     struct Location: Equatable, Sendable {
-        /// The segment.
-        var segment: JournalSegmentName
         /// The offset of the bytes in the segment.
         var offset: Int64
+        /// The segment.
+        var segment: JournalSegmentName
         /// Their length.
         var length: Int32
         /// `true`: the bytes are a whole frame (put or move to failed) whose body is the
         /// record; `false`: they are one record of a batch frame, bare.
         var isFrame: Bool
 
+        init(segment: JournalSegmentName, offset: Int64, length: Int32, isFrame: Bool) {
+            self.offset = offset
+            self.segment = segment
+            self.length = length
+            self.isFrame = isFrame
+        }
+
         /// The bytes the record keeps alive in its segment: its frame, or its part of a batch
         /// and the part's length field.
         var liveBytes: Int64 { Int64(length) + (isFrame ? 0 : 4) }
     }
 
-    /// One record.
+    /// One record: 40 bytes (see ``MemoryLayout``'s figure in the tests).
     struct Entry: Sendable {
+        var location: Location
         var area: Area
         /// Attempts in flight the record itself counts, at most 255 (records of the journal
         /// count theirs in attempt frames: 0).
         var attemptsInFlight: UInt8 = 0
+        /// Whether it is a periodic operation's record.
+        var isPeriodic = false
         /// Its type's position in ``typeNames`` (see ``typeOrdinal(_:)``).
         var type: UInt32
-        var location: Location
-        var enqueueSequence: UInt64
-        var priority: Int
+        /// When it may next start, in seconds since the reference date; NaN: it may start now.
+        private var dueInterval: Double
+
+        init(area: Area, attemptsInFlight: UInt8 = 0, type: UInt32, location: Location, dueDate: Date? = nil, isPeriodic: Bool = false) {
+            self.location = location
+            self.area = area
+            self.attemptsInFlight = attemptsInFlight
+            self.isPeriodic = isPeriodic
+            self.type = type
+            dueInterval = dueDate?.timeIntervalSinceReferenceDate ?? .nan
+        }
+
+        /// When it may next start: the later of its not-before and next-attempt dates; `nil`
+        /// when it may start now.
+        var dueDate: Date? {
+            dueInterval.isNaN ? nil : Date(timeIntervalSinceReferenceDate: dueInterval)
+        }
     }
 
-    private(set) var entries: [UUID: Entry] = [:]
+    private(set) var entries = RecordTable<Entry>()
     /// The live bytes of `segment`.
     func liveBytes(of segment: JournalSegmentName) -> Int64 {
         let unsettled = unsettledLiveBytes.map { $0.segment == segment ? $0.delta : 0 } ?? 0

@@ -228,7 +228,7 @@ extension JournalStore {
                     state.index.set(ids[index], .init(
                         area: .pending, attemptsInFlight: UInt8(clamping: record.attemptsInFlight),
                         type: state.index.typeOrdinal(record.typeIdentifier), location: location,
-                        enqueueSequence: record.enqueueSequence, priority: record.priority
+                        dueDate: record.dueDate, isPeriodic: record.isPeriodic
                     ))
                     partOffset += 4 + Int64(bytes.count)
                 }
@@ -238,7 +238,7 @@ extension JournalStore {
                 state.index.set(ids[0], .init(
                     area: kind == .put ? .pending : .failed, attemptsInFlight: UInt8(clamping: record.attemptsInFlight),
                     type: state.index.typeOrdinal(record.typeIdentifier), location: location,
-                    enqueueSequence: record.enqueueSequence, priority: record.priority
+                    dueDate: record.dueDate, isPeriodic: record.isPeriodic
                 ))
                 if kind == .moveToFailed { state.attempts[ids[0]] = nil }
             }

@@ -100,7 +100,7 @@ extension JournalStore {
                     total + Int((try? fileSystem.linkStatus(journalPath + "/" + segment.fileName).size) ?? 0)
                 }
                 let estimate = Double(state.index.entries.count) * Double(totalBytes) / Double(bytes.count)
-                state.index.reserveCapacity(Int(min(estimate * 1.1, Double(Int32.max))))
+                state.index.reserveCapacity(Int(min(estimate * 1.02, Double(Int32.max))))
             }
         }
         if configuration.isReadOnly {
@@ -148,13 +148,14 @@ extension JournalStore {
                 state.index.set(id, .init(
                     area: frame.kind == .put ? .pending : .failed, attemptsInFlight: UInt8(clamping: record.attemptsInFlight),
                     type: state.index.typeOrdinal(record.typeIdentifier), location: location,
-                    enqueueSequence: record.enqueueSequence, priority: record.priority
+                    dueDate: record.dueDate, isPeriodic: record.isPeriodic
                 ))
                 state.lastEnqueueSequence = max(state.lastEnqueueSequence, record.enqueueSequence)
                 if frame.kind == .moveToFailed { state.attempts[id] = nil }
             case .batch:
                 let parts = try frame.batchParts()
                 var entries: [(UUID, JournalIndex.Entry)] = []
+                var largestSequence: UInt64 = 0
                 var offset = bodyOffset + 4
                 for part in parts {
                     let record = try indexFields(part, maximumSize: maximumRecordSize)
@@ -163,14 +164,15 @@ extension JournalStore {
                     entries.append((id, .init(
                         area: .pending, attemptsInFlight: UInt8(clamping: record.attemptsInFlight),
                         type: state.index.typeOrdinal(record.typeIdentifier), location: location,
-                        enqueueSequence: record.enqueueSequence, priority: record.priority
+                        dueDate: record.dueDate, isPeriodic: record.isPeriodic
                     )))
+                    largestSequence = max(largestSequence, record.enqueueSequence)
                     offset += 4 + Int64(part.count)
                 }
                 for (id, entry) in entries {
                     state.index.set(id, entry)
-                    state.lastEnqueueSequence = max(state.lastEnqueueSequence, entry.enqueueSequence)
                 }
+                state.lastEnqueueSequence = max(state.lastEnqueueSequence, largestSequence)
             case .remove:
                 guard let id = removedIdentifier(frame.body) else { throw PersistenceError(.corruptRecord, "the body is not a record identifier") }
                 state.index.remove(id)
@@ -195,7 +197,8 @@ extension JournalStore {
         }
         return RecordFormat.IndexFields(
             id: id, enqueueSequence: record.enqueueSequence, priority: record.priority,
-            typeIdentifier: record.typeIdentifier, attemptsInFlight: record.attemptsInFlight
+            typeIdentifier: record.typeIdentifier, attemptsInFlight: record.attemptsInFlight,
+            dueDate: record.dueDate, isPeriodic: record.isPeriodic
         )
     }
 
