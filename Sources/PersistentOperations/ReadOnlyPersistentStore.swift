@@ -77,6 +77,11 @@ public final class ReadOnlyPersistentStore: Sendable {
         public var pendingByType: [String: Int] = [:]
         /// Readable failed records by type identifier.
         public var failedByType: [String: Int] = [:]
+        /// Readable pending records of periodic operations (``EnqueueOptions/repeating``): one
+        /// per series.
+        public var periodic = 0
+        /// Readable pending records of periodic operations by type identifier.
+        public var periodicByType: [String: Int] = [:]
     }
 
     /// The process a store's lock file names: the last process that opened the store for
@@ -238,6 +243,8 @@ public final class ReadOnlyPersistentStore: Sendable {
             counts.pendingByType = index.counts.pendingByType
             counts.failed = index.counts.failed
             counts.failedByType = index.counts.failedByType
+            counts.periodic = index.counts.periodic
+            counts.periodicByType = index.counts.periodicByType
             if isHeldByAProcess {
                 var running = index.counts.pendingWithAttemptsInFlight
                 for (id, evidence) in store.attemptEvidence() where evidence.interruptedAttempts > 0 && index.isPending(id) {
@@ -245,13 +252,17 @@ public final class ReadOnlyPersistentStore: Sendable {
                 }
                 counts.running = running.count
             }
-            counts.unreadable = index.unreadable
+            counts.unreadable = index.unreadable.count
         } else {
             // One record at a time: the counts of a large store, not its records, are kept.
             let unreadable = try forEachPendingRecord { record in
                 counts.pending += 1
                 if record.state == .running { counts.running += 1 }
                 counts.pendingByType[record.typeIdentifier, default: 0] += 1
+                if record.repeating != nil {
+                    counts.periodic += 1
+                    counts.periodicByType[record.typeIdentifier, default: 0] += 1
+                }
             }
             let failed = try failedRecords()
             counts.failed = failed.records.count
@@ -268,7 +279,10 @@ public final class ReadOnlyPersistentStore: Sendable {
     /// Each pending record counts from its ``StoredOperationRecord/dueDate`` (the later of its
     /// not-before and next-attempt dates; for a periodic operation waiting for its next
     /// period, the start of that period's window), and a date already past counts as `now`.
-    /// Failed records and unreadable entries do not count.
+    /// Failed records and unreadable entries do not count. A store whose records live in its
+    /// journal answers from the journal's index, which keeps each record's due date: no record
+    /// is decoded (as with ``counts()``, a record whose frame is intact but whose fields cannot
+    /// be decoded counts).
     ///
     /// A read-only view cannot see prerequisites or run conditions as a live queue does: every
     /// pending record counts by its dates alone — one waiting for a prerequisite or running an
@@ -287,12 +301,26 @@ public final class ReadOnlyPersistentStore: Sendable {
     /// - Parameter now: The current moment; records due before it are due at `now`.
     /// - Throws: ``PersistenceError`` when the pending area cannot be listed.
     public func nextDueDate(now: Date = Date()) throws -> Date? {
+        if let index = try store.indexCounts() {
+            // A journal store: from its index, which keeps each record's due date.
+            return index.counts.earliestDueDate.map { max($0, now) }
+        }
         var earliest: Date?
         _ = try forEachPendingRecord { record in
             let due = max(record.dueDate ?? now, now)
             earliest = min(earliest ?? due, due)
         }
         return earliest
+    }
+
+    /// What `store-inspector stats` shows, from the journal's index: the counts, the next due
+    /// date and the entries that cannot be read, with no record decoded; `nil` for a store
+    /// not migrated to the journal yet (read record by record instead).
+    package func indexedSummary(now: Date = Date()) throws -> (counts: Counts, nextDueDate: Date?, unreadable: [UnreadableEntry])? {
+        try store.withReadSnapshot {
+            guard let index = try store.indexCounts() else { return nil }
+            return (try readCounts(), index.counts.earliestDueDate.map { max($0, now) }, index.unreadable.map(UnreadableEntry.init))
+        }
     }
 
     /// The process the store's lock file names, or `nil` when there is none. Reading the file

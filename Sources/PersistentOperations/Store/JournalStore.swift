@@ -407,9 +407,16 @@ package final class JournalStore: Sendable {
         package var failedByType: [String: Int] = [:]
         /// The pending records whose own fields count attempts in flight.
         package var pendingWithAttemptsInFlight: Set<String> = []
+        /// The pending records of periodic operations, and by type.
+        package var periodic = 0
+        package var periodicByType: [String: Int] = [:]
+        /// The earliest due date of a pending record (``OperationRecord/dueDate``), with
+        /// `Date.distantPast` for one due now; `nil` when none is pending.
+        package var earliestDueDate: Date?
     }
 
-    /// The counts of the areas by type, from the index (no record is read).
+    /// The counts of the areas by type, the periodic records and the earliest due date, from
+    /// the index (no record is read).
     package func indexCounts() -> IndexCounts {
         state.withLock { state in
             var counts = IndexCounts(pending: state.index.pendingCount, failed: state.index.failedCount)
@@ -418,6 +425,19 @@ package final class JournalStore: Sendable {
                 if state.index.failedByType[ordinal] > 0 { counts.failedByType[name] = state.index.failedByType[ordinal] }
             }
             counts.pendingWithAttemptsInFlight = Set(state.index.pendingWithAttemptsInFlight.map(\.uuidString))
+            var periodicByOrdinal = [Int](repeating: 0, count: state.index.typeNames.count)
+            var earliest = Double.infinity
+            for (_, entry) in state.index.entries where entry.area == .pending {
+                if entry.isPeriodic { periodicByOrdinal[Int(entry.type)] += 1 }
+                earliest = Swift.min(earliest, entry.dueDate?.timeIntervalSinceReferenceDate ?? -.infinity)
+            }
+            for (ordinal, count) in periodicByOrdinal.enumerated() where count > 0 {
+                counts.periodic += count
+                counts.periodicByType[state.index.typeNames[ordinal]] = count
+            }
+            if earliest < .infinity {
+                counts.earliestDueDate = earliest == -.infinity ? .distantPast : Date(timeIntervalSinceReferenceDate: earliest)
+            }
             return counts
         }
     }

@@ -199,13 +199,13 @@ package final class RecordStore: Sendable {
     }
 
     /// The counts of a store whose records all live in its journal, from the journal's index
-    /// (no record read), with the number of entries that cannot be read (damaged frames a
-    /// read-only open skipped, files of a newer format left in place); `nil` for a store whose
+    /// (no record read), with the entries that cannot be read (damaged frames a read-only
+    /// open skipped, files of a newer format left in place); `nil` for a store whose
     /// records are files of the earlier layout, or partly (not migrated yet).
-    package func indexCounts() throws -> (counts: JournalStore.IndexCounts, unreadable: Int, isPending: (String) -> Bool)? {
+    package func indexCounts() throws -> (counts: JournalStore.IndexCounts, unreadable: [LoadReport.Entry], isPending: (String) -> Bool)? {
         guard let (journal, filesToo) = try readableJournal(), !filesToo else { return nil }
-        let filesLeft = state.withLock { $0.filesLeft.count }
-        let skipped = access == .readOnly ? journal.openReport.skipped.count : 0
+        let filesLeft = state.withLock { $0.filesLeft }
+        let skipped = access == .readOnly ? journal.openReport.skipped : []
         return (journal.indexCounts(), skipped + filesLeft, { journal.isPending(id: $0) })
     }
 
