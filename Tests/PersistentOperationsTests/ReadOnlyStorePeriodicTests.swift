@@ -45,6 +45,10 @@ struct ReadOnlyStorePeriodicTests {
         // And the store is due now, as the live queue says
         #expect(try view.nextDueDate(now: start) == start)
         #expect(fixture.queue.nextDueDate == start)
+        // And its counts, read from the journal's index, hold the two series
+        let counts = try view.counts()
+        #expect(counts.pending == 3 && counts.periodic == 2)
+        #expect(counts.periodicByType == [onceRecord.typeIdentifier: 2])
     }
 
     @Test func aSeriesBetweenPeriodsShowsItsNextTargetCompletedPeriodsAndWindowStart() async throws {
@@ -166,5 +170,40 @@ struct ReadOnlyStorePeriodicTests {
         reopened.close()
         #expect(try crafted.failedRecords().records.map(\.id.rawValue) == [failed.id])
         #expect(try crafted.nextDueDate(now: base) == nil)
+    }
+
+    @Test func countsAndTheNextDueDateAreTheSameFromTheJournalsIndexAndFromRecordFiles() throws {
+        // Given the same records in a store of the earlier layout (one file each, read record
+        // by record) and in a journal store (read from its index): a periodic one, one due in
+        // 60 s, one waiting 30 s to retry, and one due now
+        let now = Date(timeIntervalSinceReferenceDate: 780_000_000)
+        var records = try (0..<4).map { try makeRecord(index: $0) }
+        records[0].repeatInterval = 3_600
+        records[0].periodTarget = now.addingTimeInterval(3_600)
+        records[0].notBefore = now.addingTimeInterval(3_000)
+        records[1].notBefore = now.addingTimeInterval(60)
+        records[2].nextAttemptAt = now.addingTimeInterval(30)
+        for engine in [RecordStore.Engine.files, .journal] {
+            let directory = try TemporaryDirectory()
+            let store = try RecordStore(directory: directory.store, configuration: .init(engine: engine))
+            for record in records { try store.add(record) }
+            store.close()
+            // When each is read through a read-only view
+            let before = try ReadOnlyPersistentStore(directory: directory.store)
+            // Then both count one series among four pending, due now (the last one)
+            let counts = try before.counts()
+            #expect(counts.pending == 4 && counts.periodic == 1 && counts.periodicByType == [records[0].typeIdentifier: 1], "\(engine)")
+            #expect(try before.nextDueDate(now: now) == now, "\(engine)")
+
+            // When the one due now is removed
+            let writer = try RecordStore(directory: directory.store, configuration: .init(engine: engine))
+            try writer.removePending(id: records[3].id)
+            writer.close()
+            let after = try ReadOnlyPersistentStore(directory: directory.store)
+            // Then the retry is next, and once it is past, everything is due
+            #expect(try after.counts().pending == 3, "\(engine)")
+            #expect(try after.nextDueDate(now: now) == now.addingTimeInterval(30), "\(engine)")
+            #expect(try after.nextDueDate(now: now.addingTimeInterval(45)) == now.addingTimeInterval(45), "\(engine)")
+        }
     }
 }
