@@ -55,7 +55,8 @@ extension PersistentOperationQueue {
         graphLock.lock()
         defer { graphLock.unlock() }
         var suspects = store.suspects()
-        var pendingIDs: Set<String> = []
+        // The suspects whose records are pending (the others' records are gone).
+        var suspectsPending: Set<String> = []
         let committedBatches = try store.committedBatches()
         let batchesInProgress = state.withLock { $0.batchesInProgress }
         var referencedBatches: Set<String> = []
@@ -92,7 +93,7 @@ extension PersistentOperationQueue {
             state.withLock { $0.entries.reserveCapacity($0.entries.count + count) }
             restored.reserveCapacity(count)
         }) { record in
-            pendingIDs.insert(record.id)
+            if suspects[record.id] != nil { suspectsPending.insert(record.id) }
             if let batch = record.batchID {
                 guard committedBatches?.contains(batch) ?? true || batchesInProgress.contains(batch) else {
                     // Its `addOperations` never returned: the batch counts whole or not at all.
@@ -140,7 +141,7 @@ extension PersistentOperationQueue {
             admitRestored(record, suspect: suspects[record.id], now: now, into: &restored, report: &report)
         }
         keyed = []
-        for id in suspects.keys where !pendingIDs.contains(id) {
+        for id in suspects.keys where !suspectsPending.contains(id) {
             // Its record is gone (removed before it was restored): nothing left to suspect.
             store.clearSuspect(forRecord: id)
         }
@@ -221,20 +222,61 @@ extension PersistentOperationQueue {
         return report
     }
 
-    /// What ``restore()`` keeps of a restored record until it is scheduled.
+    /// What ``restore()`` keeps of a restored record until it is scheduled: 72 bytes, with
+    /// what few records have (prerequisites, crash evidence, an expiration date, run
+    /// conditions) out of line, so that a restore of a million holds no more than it must.
     struct RestoredRecord {
         var id: String
         var typeIdentifier: String
         var order: RunOrder
         var due: Date?
-        var prerequisites: [String]
-        var crashes = 0
-        var kills = 0
-        var runsAlone = false
+        private var rare: Rare?
+
+        /// The fields few records have.
+        private final class Rare {
+            let prerequisites: [String]
+            let crashes: Int
+            let kills: Int
+            let runsAlone: Bool
+            let runsAloneAfterOthers: Bool
+            let expiresAt: Date?
+            let conditions: [String]
+
+            init(prerequisites: [String], crashes: Int, kills: Int, runsAlone: Bool, runsAloneAfterOthers: Bool, expiresAt: Date?, conditions: [String]) {
+                self.prerequisites = prerequisites
+                self.crashes = crashes
+                self.kills = kills
+                self.runsAlone = runsAlone
+                self.runsAloneAfterOthers = runsAloneAfterOthers
+                self.expiresAt = expiresAt
+                self.conditions = conditions
+            }
+        }
+
+        init(
+            id: String, typeIdentifier: String, order: RunOrder, due: Date?, prerequisites: [String], crashes: Int = 0, kills: Int = 0,
+            runsAlone: Bool = false, runsAloneAfterOthers: Bool = false, expiresAt: Date? = nil, conditions: [String] = []
+        ) {
+            self.id = id
+            self.typeIdentifier = typeIdentifier
+            self.order = order
+            self.due = due
+            if !prerequisites.isEmpty || crashes != 0 || kills != 0 || runsAlone || runsAloneAfterOthers || expiresAt != nil || !conditions.isEmpty {
+                rare = Rare(
+                    prerequisites: prerequisites, crashes: crashes, kills: kills, runsAlone: runsAlone,
+                    runsAloneAfterOthers: runsAloneAfterOthers, expiresAt: expiresAt, conditions: conditions
+                )
+            }
+        }
+
+        var prerequisites: [String] { rare?.prerequisites ?? [] }
+        var crashes: Int { rare?.crashes ?? 0 }
+        var kills: Int { rare?.kills ?? 0 }
+        var runsAlone: Bool { rare?.runsAlone ?? false }
         /// Runs alone once nothing else is due (a suspect of kills), not before other work.
-        var runsAloneAfterOthers = false
-        var expiresAt: Date?
-        var conditions: [String] = []
+        var runsAloneAfterOthers: Bool { rare?.runsAloneAfterOthers ?? false }
+        var expiresAt: Date? { rare?.expiresAt }
+        var conditions: [String] { rare?.conditions ?? [] }
     }
 
     /// Removes a record of a batch whose commit marker does not exist.
