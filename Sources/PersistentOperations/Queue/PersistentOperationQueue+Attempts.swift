@@ -58,7 +58,7 @@ extension PersistentOperationQueue {
         }
         guard let change else { return }
         do {
-            try store.update(change.record)
+            try store.update(try withStoredPayload(change.record))
         } catch {
             reportStoreError(id, "could not save the retry; after a crash the operation resumes from its previous record: \(error)")
         }

@@ -256,13 +256,20 @@ extension PersistentOperationQueue {
         }
     }
 
-    /// Moves a tracked entry's record to the failed area. An entry restored and not built yet
-    /// keeps no payload in memory (it expired, or its prerequisite failed, before it ran): the
-    /// stored payload goes with it.
+    /// Moves a tracked entry's record to the failed area, with its stored payload (see
+    /// ``withStoredPayload(_:)``).
     func moveTrackedRecordToFailed(_ record: OperationRecord, reason: String) throws {
+        _ = try store.moveToFailed(try withStoredPayload(record), reason: reason)
+    }
+
+    /// A tracked entry's record with its payload, read from the store: entries keep no payload
+    /// in memory (an operation's payload is encoded in its record once stored, and read again
+    /// only to build the operation or to rewrite the record, as here).
+    func withStoredPayload(_ record: OperationRecord) throws -> OperationRecord {
+        guard record.payload.isEmpty else { return record }
         var record = record
-        if record.payload.isEmpty { record.payload = try store.readPending(id: record.id).payload }
-        _ = try store.moveToFailed(record, reason: reason)
+        record.payload = try store.readPending(id: record.id).payload
+        return record
     }
 
     func reportStoreError(_ id: String?, _ message: String) {

@@ -98,9 +98,7 @@ extension PersistentOperationQueue {
         }
         guard let ended else { return false }
         do {
-            var stored = ended.record
-            if stored.payload.isEmpty { stored.payload = try store.readPending(id: id).payload }
-            try store.update(stored)
+            try store.update(try withStoredPayload(ended.record))
         } catch {
             reportStoreError(id, "could not save the end of a period; after a crash the period runs again: \(error)")
         }

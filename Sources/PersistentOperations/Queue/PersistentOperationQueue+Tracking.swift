@@ -15,7 +15,10 @@ extension PersistentOperationQueue {
         }
         let ended = state.withLock { state -> [(id: String, ending: Entry.Ending)?] in
             for item in added {
-                state.entries[item.record.id] = Entry(record: item.record, operation: item.operation, attemptsInFlight: 0)
+                // Its payload is in the store now: the entry keeps none (see `withStoredPayload`).
+                var record = item.record
+                record.payload = Data()
+                state.entries[item.record.id] = Entry(record: record, operation: item.operation, attemptsInFlight: 0)
                 state.idsByOperation[ObjectIdentifier(item.operation)] = item.record.id
                 if let batch = item.record.batchID { state.batchMembers[batch, default: 0] += 1 }
             }
@@ -28,9 +31,9 @@ extension PersistentOperationQueue {
     }
 
     /// Starts tracking a restored (or re-queued) record whose operation is built later, when
-    /// its first attempt starts; the caller schedules it. The payload is not kept: it is read from the
-    /// record file again when the operation is built (an empty payload marks that; a stored
-    /// payload never is empty).
+    /// its first attempt starts; the caller schedules it. The payload is not kept: it is read
+    /// from the store again when the operation is built or the record rewritten (an empty
+    /// payload marks that; a stored payload never is empty).
     /// `suspect`: what the launches that died while its attempts were in flight left (see
     /// `+Isolation`).
     func trackRestored(_ record: OperationRecord, suspect: CrashSuspect? = nil) {
@@ -152,7 +155,6 @@ extension PersistentOperationQueue {
             guard var entry = state.entries[id] else { return nil }
             if let existing = entry.operation { return existing }
             entry.operation = built
-            if entry.record.payload.isEmpty { entry.record.payload = record.payload }
             state.entries[id] = entry
             state.idsByOperation[ObjectIdentifier(built)] = id
             return built
