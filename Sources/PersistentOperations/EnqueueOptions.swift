@@ -119,6 +119,31 @@ public struct EnqueueOptions: Sendable, Hashable {
     /// ```
     public var repeating: RepeatSchedule?
 
+    /// Whether the queue holds on to the operation object you add until its first attempt
+    /// starts, even while it waits. Default `false`: a waiting operation is held weakly.
+    ///
+    /// **An operation that waits may run as a new object built from its payload.** The queue
+    /// holds an added `RetryingOperation` weakly while it waits — for its ``notBefore`` date,
+    /// for its run ``conditions``, or for room behind a large backlog — so that a backlog of
+    /// many operations holds their records' few fields, not the objects. As long as your app
+    /// holds the object, it is the one that runs (its properties, its KVO observers, its
+    /// `waitUntilFinished()`). Once nothing else holds it, the queue builds the operation
+    /// again from its payload when it is due, through the type you registered, exactly as it
+    /// builds an operation restored after a relaunch: whatever you set on the object after
+    /// `init(payload:)` (a `retryPolicy`, a `name`, a closure property) is not on the new one.
+    ///
+    /// Operations that start at once are not affected, nor is an operation that has a
+    /// completion block, has dependencies, is a dependency of one you hold, or is not a
+    /// `RetryingOperation` (a plain `Operation`'s cancel cannot be observed before it starts).
+    /// Set this to `true` for an operation that carries state its payload does not.
+    ///
+    /// ```swift
+    /// let upload = UploadOperation(payload: payload)
+    /// upload.onProgress = { progressView.progress = $0 }   // not in the payload
+    /// try queue.addOperation(upload, options: EnqueueOptions(notBefore: tonight, keepsOperationAlive: true))
+    /// ```
+    public var keepsOperationAlive: Bool
+
     /// Creates options; every parameter defaults to "no constraint".
     public init(
         notBefore: Date? = nil,
@@ -127,8 +152,10 @@ public struct EnqueueOptions: Sendable, Hashable {
         ifUniqueKeyExists: UniqueKeyPolicy = .keepExisting,
         expirationDate: Date? = nil,
         conditions: Set<String> = [],
-        repeating: RepeatSchedule? = nil
+        repeating: RepeatSchedule? = nil,
+        keepsOperationAlive: Bool = false
     ) {
+        self.keepsOperationAlive = keepsOperationAlive
         self.notBefore = notBefore
         self.tags = tags
         self.uniqueKey = uniqueKey

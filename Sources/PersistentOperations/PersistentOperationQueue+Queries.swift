@@ -11,7 +11,11 @@ extension PersistentOperationQueue {
     /// let id = queue.identifier(of: upload)!
     /// ```
     public func identifier(of operation: Operation) -> PersistentOperationID? {
-        state.withLock { $0.idsByOperation[ObjectIdentifier(operation)] }.map(PersistentOperationID.init(record:))
+        state.withLock { state -> String? in
+            // The key of a parked operation that no longer exists may name another object now.
+            guard let id = state.idsByOperation[ObjectIdentifier(operation)], state.entries[id]?.liveOperation === operation else { return nil }
+            return id
+        }.map(PersistentOperationID.init(record:))
     }
 
     /// Every unfinished operation, in run order (priority, then enqueue order).

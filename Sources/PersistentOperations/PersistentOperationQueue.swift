@@ -389,7 +389,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         )
         try store.add(record)
         hub.emit(.enqueued(PersistentOperationID(record: record.id), typeIdentifier: record.typeIdentifier))
-        track([(operation, record, prerequisites.liveIDs)])
+        track([(operation, record, prerequisites.liveIDs)], keepsOperationsAlive: options.keepsOperationAlive)
         return PersistentOperationID(record: record.id)
     }
 

@@ -22,6 +22,10 @@ package protocol RetryingOperationDriver: AnyObject, Sendable {
 
     /// The operation finished; its `isFinished` is already `true`.
     func operationDidFinish(_ operation: RetryingOperation, _ outcome: RetryingOperation.Outcome)
+
+    /// ``RetryingOperation/cancel()`` was called, whether or not the operation has started:
+    /// called on the cancelling thread, after `isCancelled` became `true`.
+    func operationWasCancelled(_ operation: RetryingOperation)
 }
 
 extension RetryingOperation {

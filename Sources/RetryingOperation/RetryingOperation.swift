@@ -537,11 +537,12 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     public final override func cancel() {
         // Recorded before `Operation.cancel()`, which makes an operation waiting for its
         // dependencies ready: the queue may start it at once, and `start()` must see the cancel.
-        let isRunningAttempt = machine.withLock { state -> Bool in
+        let (isRunningAttempt, driver) = machine.withLock { state -> (Bool, (any RetryingOperationDriver)?) in
             state.isCancelled = true
-            return state.phase.isRunningAttempt
+            return (state.phase.isRunningAttempt, state.driver)
         }
         super.cancel()
+        driver?.operationWasCancelled(self)
         if isRunningAttempt && !isAsynchronous {
             cancelBaseOperation()
         }

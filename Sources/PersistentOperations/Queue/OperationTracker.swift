@@ -28,4 +28,8 @@ final class OperationTracker: RetryingOperationDriver {
     func operationDidFinish(_ operation: RetryingOperation, _ outcome: RetryingOperation.Outcome) {
         queue?.operationFinished(recordID, outcome: outcome)
     }
+
+    func operationWasCancelled(_ operation: RetryingOperation) {
+        queue?.operationWasCancelled(recordID, operation)
+    }
 }

@@ -70,7 +70,7 @@ extension PersistentOperationQueue {
                 break   // `ready` skips an entry no longer ready; `forget` unparks it
             }
             entry.phase = .running(nil)
-            guard let operation = entry.operation else { return .finishUnbuilt(error, token: token, slot: slot) }
+            guard let operation = entry.holdLiveOperation() else { return .finishUnbuilt(error, token: token, slot: slot) }
             return .finish(operation, error, token: token, slot: slot)
         }
         switch action {

@@ -53,8 +53,17 @@ extension PersistentOperationQueue {
 
         var record: OperationRecord
         /// The live operation; `nil` for a restored one until its first attempt starts (or a
-        /// query asks for it), when it is built from `record`.
+        /// query asks for it), when it is built from `record`, and for an added one while it
+        /// waits (see ``parkedOperation``).
         var operation: Operation?
+        /// An operation added in this process, held weakly while it waits for its date, its
+        /// prerequisites, its run conditions or room in a large backlog: the app's own
+        /// references keep it, and once there are none it is built again from its record
+        /// when due, as a restored one is (see `+Release`).
+        weak var parkedOperation: Operation?
+        /// The key of the entry's operation in `State.idsByOperation`, while it has one: the
+        /// key of a parked operation that no longer exists is removed with it.
+        var operationKey: ObjectIdentifier?
         var phase: Phase = .scheduled(nil)
         var hasStarted = false
         var attemptsInFlight: Int
@@ -77,6 +86,18 @@ extension PersistentOperationQueue {
             self.record = record
             self.operation = operation
             self.attemptsInFlight = attemptsInFlight
+        }
+
+        /// The live operation, held or parked.
+        var liveOperation: Operation? { operation ?? parkedOperation }
+
+        /// The live operation, held again if it was parked (it is about to start or finish).
+        mutating func holdLiveOperation() -> Operation? {
+            if operation == nil, let parked = parkedOperation {
+                operation = parked
+                parkedOperation = nil
+            }
+            return operation
         }
 
         /// Crashes attributed to this operation (see `+Isolation`).

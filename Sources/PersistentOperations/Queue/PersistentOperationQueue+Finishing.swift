@@ -89,8 +89,10 @@ extension PersistentOperationQueue {
         let forgotten = state.withLock { state -> Forgotten? in
             guard let entry = state.entries.removeValue(forKey: id) else { return nil }
             var forgotten = Forgotten(detached: detach(entry, in: &state))
-            if let operation = entry.operation {
-                state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation))
+            if let key = entry.operationKey, state.idsByOperation[key] == id {
+                state.idsByOperation.removeValue(forKey: key)
+            }
+            if let operation = entry.liveOperation {
                 if let ending { remember(operation, id: id, ending: ending, in: &state) }
                 forgotten.released.append(operation)
             }
@@ -217,7 +219,7 @@ extension PersistentOperationQueue {
             guard var entry = state.entries[id], entry.ending == nil else { return nil }
             defer { state.entries[id] = entry }
             entry.isCancelRequested = true
-            guard let operation = entry.operation else {
+            guard let operation = entry.holdLiveOperation() else {
                 // Being built for its first attempt, that attempt cancels it; otherwise it
                 // never existed in this run, and finishing means removing its record.
                 guard !entry.hasStarted else { return nil }

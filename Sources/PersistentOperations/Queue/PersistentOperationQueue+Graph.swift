@@ -65,7 +65,7 @@ extension PersistentOperationQueue {
             }
             enum Found { case pending(String), ended(String, Entry.Ending), periodic(String), unknown }
             let found = state.withLock { state -> Found in
-                if let id = state.idsByOperation[key], let entry = state.entries[id] {
+                if let id = state.idsByOperation[key], let entry = state.entries[id], entry.liveOperation === dependency {
                     if entry.record.isPeriodic { return .periodic(id) }
                     switch entry.ending {
                     case nil, .succeeded?: return .pending(id)
@@ -194,7 +194,7 @@ extension PersistentOperationQueue {
                 let (id, cause) = queue[index]
                 index += 1
                 guard var entry = state.entries[id], entry.ending == nil else { continue }
-                let isAlreadyFinishing = entry.hasStarted && entry.operation != nil && {
+                let isAlreadyFinishing = entry.hasStarted && entry.liveOperation != nil && {
                     if case .running(nil) = entry.phase { return true }
                     return false
                 }()
@@ -202,8 +202,9 @@ extension PersistentOperationQueue {
                 entry.isRecordSettled = true
                 entry.hasStarted = true
                 entry.phase = .running(nil)
+                let operation = entry.holdLiveOperation()
                 state.entries[id] = entry
-                order.append(Abandoned(id: id, record: entry.record, operation: entry.operation, cause: cause, isAlreadyFinishing: isAlreadyFinishing))
+                order.append(Abandoned(id: id, record: entry.record, operation: operation, cause: cause, isAlreadyFinishing: isAlreadyFinishing))
                 for dependent in state.dependents.removeValue(forKey: id) ?? [] {
                     queue.append((dependent, id))
                 }

@@ -77,12 +77,16 @@ extension PersistentOperationQueue {
             record.attemptsInFlight = 0
             record.lastErrorDescription = failure
             var ended = Ended(record: record, detached: detach(entry, in: &state))
-            if let operation = entry.operation {
-                state.idsByOperation.removeValue(forKey: ObjectIdentifier(operation))
+            if let key = entry.operationKey, state.idsByOperation[key] == id {
+                state.idsByOperation.removeValue(forKey: key)
+            }
+            entry.operationKey = nil
+            if let operation = entry.liveOperation {
                 ended.released = operation
             }
             entry.record = record
             entry.operation = nil
+            entry.parkedOperation = nil
             entry.phase = .scheduled(nil)
             // Until its record is saved: a cancel meanwhile only marks it (its record must not be
             // removed before this write, which would bring it back), and is carried out below.

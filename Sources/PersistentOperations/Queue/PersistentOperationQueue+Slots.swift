@@ -142,7 +142,7 @@ extension PersistentOperationQueue {
             entry.phase = .running(slot)
             if !entry.hasStarted {
                 entry.hasStarted = true
-                return .start(entry.operation, expiresAt: entry.record.expiresAt)
+                return .start(entry.holdLiveOperation(), expiresAt: entry.record.expiresAt)
             }
             if let admit = entry.pendingAdmission {
                 entry.pendingAdmission = nil

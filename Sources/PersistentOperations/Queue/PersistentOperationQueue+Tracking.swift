@@ -9,7 +9,11 @@ extension PersistentOperationQueue {
     /// them until their prerequisites succeed (`liveIDs`: see ``ResolvedPrerequisites``). All
     /// of them are entries before any is linked, so prerequisites within the group are found.
     /// An add whose operations have prerequisites calls this with `graphLock` held.
-    func track(_ added: [(operation: Operation, record: OperationRecord, liveIDs: [String])]) {
+    /// `keepsOperationsAlive`: ``EnqueueOptions/keepsOperationAlive``; otherwise those that
+    /// wait once scheduled are parked (see `+Release`).
+    func track(_ added: [(operation: Operation, record: OperationRecord, liveIDs: [String])], keepsOperationsAlive: Bool) {
+        // Decided before the queue's own completion block is attached to a plain operation.
+        let mayPark = added.map { !keepsOperationsAlive && Self.mayPark($0.operation) }
         for item in added {
             attach(item.operation, id: item.record.id, expiresAt: item.record.expiresAt)
         }
@@ -18,7 +22,9 @@ extension PersistentOperationQueue {
                 // Its payload is in the store now: the entry keeps none (see `withStoredPayload`).
                 var record = item.record
                 record.payload = Data()
-                state.entries[item.record.id] = Entry(record: record, operation: item.operation, attemptsInFlight: 0)
+                var entry = Entry(record: record, operation: item.operation, attemptsInFlight: 0)
+                entry.operationKey = ObjectIdentifier(item.operation)
+                state.entries[item.record.id] = entry
                 state.idsByOperation[ObjectIdentifier(item.operation)] = item.record.id
                 if let batch = item.record.batchID { state.batchMembers[batch, default: 0] += 1 }
             }
@@ -27,6 +33,13 @@ extension PersistentOperationQueue {
         for (item, ended) in zip(added, ended) {
             scheduleLinked(item.record.id, due: item.record.dueDate, ended: ended)
             if let expiresAt = item.record.expiresAt { armExpiry(of: item.record.id, at: expiresAt) }
+        }
+        let parkable = zip(added, mayPark).filter(\.1).map(\.0)
+        guard !parkable.isEmpty else { return }
+        parkIfWaiting(parkable.map(\.record.id))
+        // A cancel before it was parked found it held, and did nothing: hold it again.
+        for item in parkable where item.operation.isCancelled {
+            if let retrying = item.operation as? RetryingOperation { operationWasCancelled(item.record.id, retrying) }
         }
     }
 
@@ -105,7 +118,11 @@ extension PersistentOperationQueue {
     /// is forgotten.
     func operation(for id: String) -> Operation? {
         let found = state.withLock { state -> (operation: Operation?, entry: Entry?, type: RegisteredType?) in
-            guard let entry = state.entries[id] else { return (nil, nil, nil) }
+            guard var entry = state.entries[id] else { return (nil, nil, nil) }
+            if entry.operation == nil, entry.parkedOperation != nil {
+                defer { state.entries[id] = entry }
+                if let operation = entry.holdLiveOperation() { return (operation, nil, nil) }
+            }
             if let operation = entry.operation { return (operation, nil, nil) }
             return (nil, entry, state.registry[entry.record.typeIdentifier])
         }
@@ -138,9 +155,10 @@ extension PersistentOperationQueue {
         built.queuePriority = Operation.QueuePriority(rawValue: record.priority) ?? .normal
         if let retrying = built as? RetryingOperation {
             retrying.expirationDate = record.expiresAt
-            // Only restored and re-queued entries are built here (added operations come
-            // built), and before their first attempt, so the record (whose attempts include
-            // those in flight at the crash) is still as the restore or the requeue left it.
+            // Only restored, re-queued and parked entries are built here (other added
+            // operations come built), and before their first attempt, so the record (whose
+            // attempts include those in flight at the crash) is still as the restore, the
+            // requeue or the add left it.
             let attempts = record.numberOfAttempts
             retrying.restoreProgress(RetryingOperation.RestoredProgress(
                 numberOfRetries: record.numberOfRetries,
@@ -153,8 +171,11 @@ extension PersistentOperationQueue {
         // other, never started, is dropped.
         return state.withLock { state -> Operation? in
             guard var entry = state.entries[id] else { return nil }
-            if let existing = entry.operation { return existing }
+            if let existing = entry.holdLiveOperation() { return existing }
             entry.operation = built
+            // A parked operation that no longer exists leaves its key behind: gone with it.
+            if let key = entry.operationKey, state.idsByOperation[key] == id { state.idsByOperation[key] = nil }
+            entry.operationKey = ObjectIdentifier(built)
             state.entries[id] = entry
             state.idsByOperation[ObjectIdentifier(built)] = id
             return built

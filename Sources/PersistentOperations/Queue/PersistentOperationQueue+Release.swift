@@ -1,0 +1,60 @@
+import Foundation
+
+// Parking: an operation added in this process that has to wait is held weakly.
+//
+// A restored backlog holds records' fields, not operations: each is built from its payload when
+// due. An added operation used to stay a live object until it ran, about a kilobyte each, so a
+// process that added a million held gigabytes. Now an added `RetryingOperation` that waits once
+// scheduled (for a later date, for prerequisites, for run conditions, or in `State.ready`
+// behind a full slot window) is *parked*: its entry holds it weakly (`Entry.parkedOperation`).
+//
+// - While the app holds the object, it is the one that runs: `operation(for:)`, a slot's start,
+//   a cancel and an expiry take the parked object and hold it again (`Entry.holdLiveOperation`).
+// - Once nothing else holds it, it is gone, and it is built again from its record when due,
+//   exactly as a restored one is.
+// - A cancel of a parked object (the app holds it to call `cancel()`) holds it again at once
+//   (`operationWasCancelled`): the cancelled object is the one its slot starts, and it finishes
+//   cancelled, even if the app lets go of it right after the call.
+//
+// Never parked, because they carry what a payload cannot rebuild or a cancel the queue would not
+// see: operations added with `EnqueueOptions.keepsOperationAlive`, those with a completion block
+// or dependencies (a dependency is held by its dependent), plain `Operation`s (their cancel
+// before the start is not observable), and operations that already started or were cancelled.
+// Parking happens once, right after the add schedules it; an operation that waits later (a
+// retry) is held, as it has started.
+
+extension PersistentOperationQueue {
+    /// Whether an added operation may be parked while it waits.
+    static func mayPark(_ operation: Operation) -> Bool {
+        operation is RetryingOperation && operation.completionBlock == nil && operation.dependencies.isEmpty && !operation.isCancelled
+    }
+
+    /// Parks the operations of `ids` that wait now: scheduled in the timer, blocked, waiting
+    /// for conditions, or ready behind a full window, and not started, cancelled or ending.
+    func parkIfWaiting(_ ids: [String]) {
+        state.withLock { state in
+            for id in ids {
+                guard var entry = state.entries[id], let operation = entry.operation,
+                      !entry.hasStarted, !entry.isCancelRequested, entry.ending == nil else { continue }
+                switch entry.phase {
+                case .scheduled(.some), .ready, .blocked, .waitingForConditions:
+                    entry.parkedOperation = operation
+                    entry.operation = nil
+                    state.entries[id] = entry
+                case .scheduled(nil), .queued, .running, .waitingToRetry:
+                    continue
+                }
+            }
+        }
+    }
+
+    /// The app cancelled `operation` (``RetryingOperation/cancel()``): if it was parked, the
+    /// queue holds it again, so that it is the object that finishes cancelled.
+    func operationWasCancelled(_ id: String, _ operation: RetryingOperation) {
+        state.withLock { state in
+            guard var entry = state.entries[id], entry.operation == nil, entry.parkedOperation === operation else { return }
+            _ = entry.holdLiveOperation()
+            state.entries[id] = entry
+        }
+    }
+}
