@@ -139,7 +139,7 @@ public struct EnqueueOptions: Sendable, Hashable {
     ///
     /// ```swift
     /// let upload = UploadOperation(payload: payload)
-    /// upload.onProgress = { progressView.progress = $0 }   // not in the payload
+    /// upload.name = "tonight's upload"   // not in the payload: on this object only
     /// try queue.addOperation(upload, options: EnqueueOptions(notBefore: tonight, keepsOperationAlive: true))
     /// ```
     public var keepsOperationAlive: Bool

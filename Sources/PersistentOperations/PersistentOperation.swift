@@ -6,7 +6,10 @@ import Foundation
 /// The queue stores the ``payload`` and the type's ``persistenceIdentifier``; on the next
 /// launch ``PersistentOperationQueue/restore()`` looks the identifier up among the
 /// registered types and calls ``init(payload:)``. Nothing else of the instance is stored:
-/// put everything an attempt needs in the payload.
+/// put everything an attempt needs in the payload, and configure the instance (its
+/// `retryPolicy`, say) in ``init(payload:)``. The queue also rebuilds an operation added in
+/// the running process this way when it had to wait and your app let go of it (see
+/// ``PersistentOperationQueue/addOperation(_:)``).
 ///
 /// Subclass `RetryingOperation` to get retries whose count and next-attempt date survive a
 /// crash; any other `Operation` subclass works too and runs once per launch until it

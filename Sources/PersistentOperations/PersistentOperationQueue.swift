@@ -242,9 +242,17 @@ public final class PersistentOperationQueue: @unchecked Sendable {
 
     /// Stores `operation` durably, then schedules it.
     ///
-    /// When this returns, the record is on disk (file synced, renamed into place, directory
-    /// synced) and survives a crash; concurrent adds share directory syncs. Nothing runs
-    /// before its record is durable.
+    /// When this returns, the record is on disk (appended to the journal and flushed) and
+    /// survives a crash or a power cut; concurrent adds share flushes. Nothing runs before
+    /// its record is durable.
+    ///
+    /// **An operation that has to wait is held weakly.** A `RetryingOperation` that does not
+    /// start at once — it waits for its not-before date, its run conditions, or room behind a
+    /// large backlog — is kept alive by your references only. While you hold it, it is the
+    /// object that runs; once nothing does, the queue builds it again from its payload when it
+    /// is due, as it builds an operation restored after a relaunch: set up everything in
+    /// `init(payload:)`. Operations with a completion block or dependencies, plain
+    /// `Operation`s, and those added with ``EnqueueOptions/keepsOperationAlive`` are always held.
     ///
     /// Dependencies work as in an `OperationQueue`: call `addDependency(_:)` before adding,
     /// naming operations already added to this queue. They are saved with the record, and the
