@@ -131,7 +131,7 @@ package enum RecordFormat {
         guard length == UInt64(file.count - headerSize) else {
             throw corrupt("header says the body has \(length) bytes, the file holds \(file.count - headerSize)")
         }
-        let body = file.subdata(in: (file.startIndex + headerSize)..<file.endIndex)
+        let body = file[(file.startIndex + headerSize)..<file.endIndex]
         guard checksumVerified || readBigEndian(file, at: 16, width: 4) == UInt64(CRC32.checksum(of: body)) else {
             throw corrupt("checksum mismatch")
         }

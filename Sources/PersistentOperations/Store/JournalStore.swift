@@ -360,8 +360,9 @@ package final class JournalStore: Sendable {
                 }
                 let from = Int(record.offset - start)
                 try deliver(record.id) {
+                    // Slices, not copies: the decode copies the record's bytes once, for its parser.
                     try RecordFormat.decode(
-                        recordBytes(location, in: file, from: bytes.subdata(in: from..<(from + Int(record.length)))),
+                        recordBytes(location, in: file, from: bytes[(bytes.startIndex + from)..<(bytes.startIndex + from + Int(record.length))]),
                         maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame
                     )
                 }
@@ -493,11 +494,12 @@ package final class JournalStore: Sendable {
     /// The record bytes at `location`: one read, and for a whole frame its checks (whose
     /// checksum covers the record's bytes: decode them with `checksumVerified`).
     func recordBytes(at location: JournalIndex.Location, in file: JournalSegmentFile) throws -> Data {
-        try recordBytes(location, in: file, from: try file.read(count: Int(location.length), at: location.offset))
+        // Rebased: callers index the bytes from 0.
+        Data(try recordBytes(location, in: file, from: try file.read(count: Int(location.length), at: location.offset)))
     }
 
     /// The record of `bytes`, read from `location` in `file`: for a whole frame, its body once
-    /// its checks pass.
+    /// its checks pass. A slice of `bytes`, not a copy (its indices are those of `bytes`).
     func recordBytes(_ location: JournalIndex.Location, in file: JournalSegmentFile, from bytes: Data) throws -> Data {
         guard location.isFrame else { return bytes }
         let verified = bytes.withUnsafeBytes { raw in
@@ -505,7 +507,7 @@ package final class JournalStore: Sendable {
         }
         switch verified {
         case .success(let frame):
-            return bytes.subdata(in: frame.body)
+            return bytes[(bytes.startIndex + frame.body.lowerBound)..<(bytes.startIndex + frame.body.upperBound)]
         case .failure(let rejection):
             throw PersistenceError(.corruptRecord, "The journal frame of a record no longer verifies (\(rejection)).", fileURL: URL(fileURLWithPath: file.path))
         }
