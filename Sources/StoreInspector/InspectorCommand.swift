@@ -10,7 +10,8 @@ import PersistentOperations
 struct InspectorCommand {
     /// What to do.
     enum Action: Equatable {
-        case list
+        /// The pending records; with `limit`, one page of them, after the record `after`.
+        case list(limit: Int?, after: String?)
         case show(id: String)
         /// Write one record to a file of its own: `output`, or a file named after the record
         /// in the current directory; only its payload when `payloadOnly`.
@@ -42,7 +43,9 @@ struct InspectorCommand {
 
         Reading:
           list              pending records: id, type, priority, retries, attempts, next attempt, tags, unique key,
-                            due (when it may next start), repeats (a periodic series' schedule)
+                            due (when it may next start), repeats (a periodic series' schedule);
+                            with --limit N, one page of at most N in run order, after --after ID
+                            (the last one of the previous page), in the memory of the page
           show ID           every field of one record, and its payload as a property list
           export ID         write one pending or failed record to a file of its own, in the record
                             format (what a .record file of the earlier layout held): to --output PATH,
@@ -61,6 +64,8 @@ struct InspectorCommand {
           --store DIR       the store directory (or give it as the first argument after COMMAND)
           --output PATH     where export writes (default: in the current directory)
           --payload         export writes only the record's payload
+          --limit N         list shows at most N records (a page)
+          --after ID        list starts after this record (with --limit)
           --json            machine-readable output with stable keys
           --help            show this text
 
@@ -84,6 +89,8 @@ struct InspectorCommand {
         var all = false
         var output: String?
         var payloadOnly = false
+        var limit: Int?
+        var after: String?
         var remaining = arguments[...]
         while let argument = remaining.popFirst() {
             switch argument {
@@ -93,6 +100,14 @@ struct InspectorCommand {
             case "--output":
                 guard let value = remaining.popFirst() else { throw InspectorError.usage("--output needs a path") }
                 output = value
+            case "--limit":
+                guard let value = remaining.popFirst(), let count = Int(value), count > 0 else {
+                    throw InspectorError.usage("--limit needs a number of records greater than 0")
+                }
+                limit = count
+            case "--after":
+                guard let value = remaining.popFirst() else { throw InspectorError.usage("--after needs a record identifier") }
+                after = Self.normalizedIdentifier(value)
             case "--store":
                 guard let value = remaining.popFirst() else { throw InspectorError.usage("--store needs a directory") }
                 store = value
@@ -120,7 +135,9 @@ struct InspectorCommand {
             return .one(id: Self.normalizedIdentifier(positionals.removeFirst()))
         }
         switch name {
-        case "list": action = .list
+        case "list":
+            guard after == nil || limit != nil else { throw InspectorError.usage("--after needs --limit") }
+            action = .list(limit: limit, after: after)
         case "show": action = .show(id: try id())
         case "export": action = .export(id: try id(), output: output, payloadOnly: payloadOnly)
         case "failed": action = .failed
@@ -128,6 +145,9 @@ struct InspectorCommand {
         case "retry-failed": action = .retryFailed(try selection())
         case "purge": action = .purge(try selection())
         default: throw InspectorError.usage("unknown command \(name)")
+        }
+        if name != "list", limit != nil || after != nil {
+            throw InspectorError.usage("--limit and --after are options of list")
         }
         if !positionals.isEmpty {
             throw InspectorError.usage("unexpected argument \(positionals[0])")

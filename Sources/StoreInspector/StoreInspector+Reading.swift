@@ -11,8 +11,24 @@ extension StoreInspector {
     ///     ID     TYPE          STATE      PRIORITY  RETRIES  ATTEMPTS  NEXT ATTEMPT              TAGS  UNIQUE KEY  DUE                       REPEATS
     ///     0B9D…  demo.upload   running    0         1        2         -                         -     upload-1    -                         -
     ///     5C21…  demo.refresh  scheduled  0         0        0         2025-11-21T21:50:00.000Z  -     catalogue   2025-11-21T21:50:00.000Z  every 3600 s, flex 600 s
-    func list() throws {
-        let list = try readOnlyStore().pendingRecords()
+    ///
+    /// With `limit`, one page of at most `limit` records in run order, those after the record
+    /// `after` (``ReadOnlyPersistentStore/pendingRecords(after:limit:)``): the records are read
+    /// one at a time and only the page is kept. The text ends with the command for the next page.
+    func list(limit: Int? = nil, after: String? = nil) throws {
+        let reader = try readOnlyStore()
+        let list: ReadOnlyPersistentStore.RecordList
+        if let limit {
+            let cursor = try after.map { id -> StoredOperationRecord in
+                guard let operationID = PersistentOperationID(id), let record = try reader.pendingRecordForCursor(withID: operationID) else {
+                    throw InspectorError.failure("no pending record has the identifier \(id) in \(store.path) (it may have run since)")
+                }
+                return record
+            }
+            list = try reader.pendingRecords(after: cursor, limit: limit)
+        } else {
+            list = try reader.pendingRecords()
+        }
         if json {
             print(JSONValue.object([
                 ("store", .string(store.path)),
@@ -33,9 +49,13 @@ extension StoreInspector {
                 RecordPresentation.dueText(of: record), RecordPresentation.repeatText(of: record),
             ])
         }
-        print("\(list.records.count) pending \(list.records.count == 1 ? "record" : "records") in \(store.path)")
+        let what = "\(list.records.count) pending \(list.records.count == 1 ? "record" : "records")"
+        print(limit == nil ? "\(what) in \(store.path)" : "\(what) in \(store.path)\(after.map { " after \($0)" } ?? ""), at most \(limit!)")
         if !list.records.isEmpty { print(table.rendered()) }
         printUnreadable(list.unreadable, area: "pending")
+        if let limit, list.records.count == limit, let last = list.records.last {
+            print("next page: store-inspector list \(store.path) --limit \(limit) --after \(last.id.rawValue)")
+        }
     }
 
     /// Prints every field of one pending or failed record, and its payload. `id` is

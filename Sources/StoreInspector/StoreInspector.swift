@@ -27,7 +27,7 @@ struct StoreInspector {
         try checkIsStore()
         do {
             switch action {
-            case .list: try list()
+            case .list(let limit, let after): try list(limit: limit, after: after)
             case .show(let id): try show(id)
             case .export(let id, let output, let payloadOnly): try export(id, output: output, payloadOnly: payloadOnly)
             case .failed: try failed()
