@@ -340,14 +340,22 @@ struct PeriodicOperationTests {
     }
 
     @Test func theSeriesEndsAtItsExpirationDate() async throws {
+        // Given a series every 60 s that expires at 100 s: between its second period (60 s)
+        // and its third (120 s), so that no period is due at the moment it expires (a clock
+        // moved past both at once would leave their order to the threads)
         let fixture = try QueueFixture()
         let start = fixture.clock.now
-        let result = try fixture.queue.addOperation(fixture.upload("tick"), options: EnqueueOptions(expirationDate: start.addingTimeInterval(150), repeating: .every(60)))
+        let result = try fixture.queue.addOperation(fixture.upload("tick"), options: EnqueueOptions(expirationDate: start.addingTimeInterval(100), repeating: .every(60)))
         #expect(try await eventually { periodsEnded(fixture) == 1 })
         await fixture.clock.waitForTotalScheduledRetries(count: 2)   // the expiry, the next period
         fixture.clock.advance(by: 60)
         #expect(try await eventually { periodsEnded(fixture) == 2 })
-        fixture.clock.advance(by: 90)
+        await fixture.clock.waitForTotalScheduledRetries(count: 3)   // the third period
+        // When it expires, and the third period's date passes
+        fixture.clock.advance(by: 40)
+        await fixture.queue.allOperationsFinished()
+        fixture.clock.advance(by: 30)
+        // Then it ended in the failed area after two periods
         await fixture.queue.allOperationsFinished()
         #expect(try fixture.pendingRecords().isEmpty)
         #expect(try fixture.failedRecords().map(\.id) == [result.id.rawValue])
