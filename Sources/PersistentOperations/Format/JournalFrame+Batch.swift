@@ -38,7 +38,16 @@ extension JournalFrame {
     /// - Throws: ``PersistenceError/Code/corruptRecord`` when the frame is not a batch or its
     ///   body does not split into exactly the parts it announces.
     package func batchParts() throws -> [Data] {
+        try batchPartRanges().map { Data(body[$0]) }
+    }
+
+    /// Where the parts of a batch frame lie in its ``body`` (in the body's indices): the parts
+    /// without copying them, as slices `body[range]`.
+    ///
+    /// - Throws: The errors of ``batchParts()``.
+    package func batchPartRanges() throws -> [Range<Int>] {
         guard kind == .batch else { throw Self.malformedBatch("a \(kind) frame is not a batch") }
+        let start = body.startIndex
         return try body.withUnsafeBytes { raw in
             let bytes = raw.bindMemory(to: UInt8.self)
             guard bytes.count >= 4 else { throw Self.malformedBatch("\(bytes.count) bytes, too few for a part count") }
@@ -47,8 +56,8 @@ extension JournalFrame {
             guard count <= (bytes.count - 4) / 4 else {
                 throw Self.malformedBatch("\(count) parts announced in \(bytes.count) bytes")
             }
-            var parts: [Data] = []
-            parts.reserveCapacity(count)
+            var ranges: [Range<Int>] = []
+            ranges.reserveCapacity(count)
             var offset = 4
             for index in 0..<count {
                 guard bytes.count - offset >= 4 else { throw Self.malformedBatch("part \(index) has no length") }
@@ -57,13 +66,13 @@ extension JournalFrame {
                 guard length <= bytes.count - offset else {
                     throw Self.malformedBatch("part \(index) of \(length) bytes with \(bytes.count - offset) bytes left")
                 }
-                parts.append(Data(UnsafeBufferPointer(rebasing: bytes[offset..<(offset + length)])))
+                ranges.append((start + offset)..<(start + offset + length))
                 offset += length
             }
             guard offset == bytes.count else {
                 throw Self.malformedBatch("\(bytes.count - offset) bytes after the last part")
             }
-            return parts
+            return ranges
         }
     }
 

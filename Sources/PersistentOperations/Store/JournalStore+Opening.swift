@@ -153,11 +153,13 @@ extension JournalStore {
                 state.lastEnqueueSequence = max(state.lastEnqueueSequence, record.enqueueSequence)
                 if frame.kind == .moveToFailed { state.attempts[id] = nil }
             case .batch:
-                let parts = try frame.batchParts()
+                // The parts as slices of the body: a segment's batches are not copied again.
+                let parts = try frame.batchPartRanges()
                 var entries: [(UUID, JournalIndex.Entry)] = []
                 var largestSequence: UInt64 = 0
                 var offset = bodyOffset + 4
-                for part in parts {
+                for range in parts {
+                    let part = frame.body[range]
                     let record = try indexFields(part, maximumSize: maximumRecordSize)
                     let id = record.id
                     let location = JournalIndex.Location(segment: segment, offset: offset + 4, length: Int32(part.count), isFrame: false)
