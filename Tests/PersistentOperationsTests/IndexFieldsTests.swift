@@ -8,11 +8,7 @@ import Testing
 @Suite(.timeLimit(.minutes(2)))
 struct IndexFieldsTests {
     static func fields(_ record: OperationRecord) -> RecordFormat.IndexFields {
-        .init(
-            id: RecordIdentifier.uuid(record.id)!, enqueueSequence: record.enqueueSequence, priority: record.priority,
-            typeIdentifier: record.typeIdentifier, attemptsInFlight: record.attemptsInFlight,
-            dueDate: record.dueDate, isPeriodic: record.isPeriodic
-        )
+        .init(record, id: RecordIdentifier.uuid(record.id)!)
     }
 
     @Test(arguments: ["v1-minimal.record", "v1-full.record", "v1-failed.record", "v2-dependent.record", "v2-failed-dependent.record", "v3-expiring.record", "v4-periodic.record", "v5-defaults.record", "v5-full.record"])

@@ -31,6 +31,19 @@ extension RecordFormat {
         package var isPeriodic = false
     }
 
+}
+
+extension RecordFormat.IndexFields {
+    /// The index fields of `record`, whose identifier spells `id`.
+    package init(_ record: OperationRecord, id: UUID) {
+        self.init(
+            id: id, enqueueSequence: record.enqueueSequence, priority: record.priority, typeIdentifier: record.typeIdentifier,
+            attemptsInFlight: record.attemptsInFlight, dueDate: record.dueDate, isPeriodic: record.isPeriodic
+        )
+    }
+}
+
+extension RecordFormat {
     /// The index fields of the record file `file`, read without verifying the rest of it, or
     /// nil when they cannot be read that way (see the comment above).
     package static func indexFields(of file: Data) -> IndexFields? {

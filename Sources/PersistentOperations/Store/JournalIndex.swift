@@ -120,6 +120,15 @@ struct JournalIndex: Sendable {
         account(entry, sign: 1, id: id)
     }
 
+    /// Sets the record `fields.id`, of `fields`, to be in `area` at `location`, replacing what
+    /// it was, in either area.
+    mutating func set(_ fields: RecordFormat.IndexFields, area: Area, location: Location) {
+        set(fields.id, Entry(
+            area: area, attemptsInFlight: UInt8(clamping: fields.attemptsInFlight), type: typeOrdinal(fields.typeIdentifier),
+            location: location, dueDate: fields.dueDate, isPeriodic: fields.isPeriodic
+        ))
+    }
+
     /// Makes room for `count` records in all, so that the table is not grown (and every
     /// entry moved) again and again while a large journal is read.
     mutating func reserveCapacity(_ count: Int) {

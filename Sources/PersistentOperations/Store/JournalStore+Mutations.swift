@@ -225,21 +225,13 @@ extension JournalStore {
                 for (index, record) in records.enumerated() {
                     let bytes = encoded[index]
                     let location = JournalIndex.Location(segment: segment, offset: partOffset + 4, length: Int32(bytes.count), isFrame: false)
-                    state.index.set(ids[index], .init(
-                        area: .pending, attemptsInFlight: UInt8(clamping: record.attemptsInFlight),
-                        type: state.index.typeOrdinal(record.typeIdentifier), location: location,
-                        dueDate: record.dueDate, isPeriodic: record.isPeriodic
-                    ))
+                    state.index.set(.init(record, id: ids[index]), area: .pending, location: location)
                     partOffset += 4 + Int64(bytes.count)
                 }
             } else {
                 let location = JournalIndex.Location(segment: segment, offset: offset, length: Int32(size), isFrame: true)
                 let record = records[0]
-                state.index.set(ids[0], .init(
-                    area: kind == .put ? .pending : .failed, attemptsInFlight: UInt8(clamping: record.attemptsInFlight),
-                    type: state.index.typeOrdinal(record.typeIdentifier), location: location,
-                    dueDate: record.dueDate, isPeriodic: record.isPeriodic
-                ))
+                state.index.set(.init(record, id: ids[0]), area: kind == .put ? .pending : .failed, location: location)
                 if kind == .moveToFailed { state.attempts[ids[0]] = nil }
             }
             for record in records {

@@ -143,38 +143,26 @@ extension JournalStore {
             switch frame.kind {
             case .put, .moveToFailed:
                 let record = try indexFields(frame.body, maximumSize: maximumRecordSize)
-                let id = record.id
                 let location = JournalIndex.Location(segment: segment, offset: Int64(located.offset), length: Int32(frame.size), isFrame: true)
-                state.index.set(id, .init(
-                    area: frame.kind == .put ? .pending : .failed, attemptsInFlight: UInt8(clamping: record.attemptsInFlight),
-                    type: state.index.typeOrdinal(record.typeIdentifier), location: location,
-                    dueDate: record.dueDate, isPeriodic: record.isPeriodic
-                ))
+                state.index.set(record, area: frame.kind == .put ? .pending : .failed, location: location)
                 state.lastEnqueueSequence = max(state.lastEnqueueSequence, record.enqueueSequence)
-                if frame.kind == .moveToFailed { state.attempts[id] = nil }
+                if frame.kind == .moveToFailed { state.attempts[record.id] = nil }
             case .batch:
                 // The parts as slices of the body: a segment's batches are not copied again.
                 let parts = try frame.batchPartRanges()
-                var entries: [(UUID, JournalIndex.Entry)] = []
-                var largestSequence: UInt64 = 0
+                // Every record read before any is indexed: a batch counts whole or not at all.
+                var records: [(fields: RecordFormat.IndexFields, location: JournalIndex.Location)] = []
                 var offset = bodyOffset + 4
                 for range in parts {
                     let part = frame.body[range]
-                    let record = try indexFields(part, maximumSize: maximumRecordSize)
-                    let id = record.id
                     let location = JournalIndex.Location(segment: segment, offset: offset + 4, length: Int32(part.count), isFrame: false)
-                    entries.append((id, .init(
-                        area: .pending, attemptsInFlight: UInt8(clamping: record.attemptsInFlight),
-                        type: state.index.typeOrdinal(record.typeIdentifier), location: location,
-                        dueDate: record.dueDate, isPeriodic: record.isPeriodic
-                    )))
-                    largestSequence = max(largestSequence, record.enqueueSequence)
+                    records.append((try indexFields(part, maximumSize: maximumRecordSize), location))
                     offset += 4 + Int64(part.count)
                 }
-                for (id, entry) in entries {
-                    state.index.set(id, entry)
+                for record in records {
+                    state.index.set(record.fields, area: .pending, location: record.location)
+                    state.lastEnqueueSequence = max(state.lastEnqueueSequence, record.fields.enqueueSequence)
                 }
-                state.lastEnqueueSequence = max(state.lastEnqueueSequence, largestSequence)
             case .remove:
                 guard let id = removedIdentifier(frame.body) else { throw PersistenceError(.corruptRecord, "the body is not a record identifier") }
                 state.index.remove(id)
@@ -197,11 +185,7 @@ extension JournalStore {
         guard let id = RecordIdentifier.uuid(record.id) else {
             throw PersistenceError(.corruptRecord, "the record's identifier is not a library-generated identifier")
         }
-        return RecordFormat.IndexFields(
-            id: id, enqueueSequence: record.enqueueSequence, priority: record.priority,
-            typeIdentifier: record.typeIdentifier, attemptsInFlight: record.attemptsInFlight,
-            dueDate: record.dueDate, isPeriodic: record.isPeriodic
-        )
+        return RecordFormat.IndexFields(record, id: id)
     }
 
     /// The salt written in the frame at `offset`.
