@@ -335,23 +335,34 @@ public final class ReadOnlyPersistentStore: Sendable {
             }
             counts.unreadable = index.unreadable.count
         } else {
-            // One record at a time: the counts of a large store, not its records, are kept.
-            let unreadable = try forEachPendingRecord { record in
-                counts.pending += 1
-                if record.state == .running { counts.running += 1 }
-                counts.pendingByType[record.typeIdentifier, default: 0] += 1
-                if record.repeating != nil {
-                    counts.periodic += 1
-                    counts.periodicByType[record.typeIdentifier, default: 0] += 1
-                }
-            }
-            let failed = try failedRecords()
-            counts.failed = failed.records.count
-            counts.unreadable = unreadable.count + failed.unreadable.count
-            for record in failed.records { counts.failedByType[record.typeIdentifier, default: 0] += 1 }
+            counts = try summaryRecordByRecord(now: Date()).counts
         }
         counts.quarantined = try store.quarantinedEntryNames().count
         return counts
+    }
+
+    /// The counts (but the quarantined entries), the next due date and the entries that
+    /// cannot be read of a store not migrated to the journal yet, read one record at a time:
+    /// the counts of a large store, not its records, are kept.
+    private func summaryRecordByRecord(now: Date) throws -> (counts: Counts, nextDueDate: Date?, pendingUnreadable: [UnreadableEntry], failedUnreadable: [UnreadableEntry]) {
+        var counts = Counts()
+        var nextDue: Date?
+        let unreadable = try forEachPendingRecord { record in
+            counts.pending += 1
+            if record.state == .running { counts.running += 1 }
+            counts.pendingByType[record.typeIdentifier, default: 0] += 1
+            if record.repeating != nil {
+                counts.periodic += 1
+                counts.periodicByType[record.typeIdentifier, default: 0] += 1
+            }
+            let due = max(record.dueDate ?? now, now)
+            nextDue = min(nextDue ?? due, due)
+        }
+        let failed = try failedRecords()
+        counts.failed = failed.records.count
+        counts.unreadable = unreadable.count + failed.unreadable.count
+        for record in failed.records { counts.failedByType[record.typeIdentifier, default: 0] += 1 }
+        return (counts, nextDue, unreadable, failed.unreadable)
     }
 
     /// The earliest moment a pending record becomes due, as its dates tell: `now` when one is
@@ -394,13 +405,17 @@ public final class ReadOnlyPersistentStore: Sendable {
         return earliest
     }
 
-    /// What `store-inspector stats` shows, from the journal's index: the counts, the next due
-    /// date and the entries that cannot be read, with no record decoded; `nil` for a store
-    /// not migrated to the journal yet (read record by record instead).
-    package func indexedSummary(now: Date = Date()) throws -> (counts: Counts, nextDueDate: Date?, unreadable: [UnreadableEntry])? {
+    /// What `store-inspector stats` shows: the counts, the next due date and the pending and
+    /// failed entries that cannot be read, in one reading of the store. A journal store's come
+    /// from its index, with no record decoded; a store not migrated yet is read record by record.
+    package func summary(now: Date = Date()) throws -> (counts: Counts, nextDueDate: Date?, pendingUnreadable: [UnreadableEntry], failedUnreadable: [UnreadableEntry]) {
         try store.withReadSnapshot {
-            guard let index = try store.indexCounts() else { return nil }
-            return (try readCounts(), index.counts.earliestDueDate.map { max($0, now) }, index.unreadable.map(UnreadableEntry.init))
+            guard let index = try store.indexCounts() else {
+                var summary = try summaryRecordByRecord(now: now)
+                summary.counts.quarantined = try store.quarantinedEntryNames().count
+                return summary
+            }
+            return (try readCounts(), index.counts.earliestDueDate.map { max($0, now) }, index.unreadable.map(UnreadableEntry.init), [])
         }
     }
 

@@ -24,73 +24,41 @@ extension StoreInspector {
     func stats() throws {
         let reader = try readOnlyStore()
         let now = Date()
-        var pendingCount = 0, running = 0, periodicCount = 0, failedCount = 0
-        var pendingByType: [String: Int] = [:], periodicByType: [String: Int] = [:], failedByType: [String: Int] = [:]
-        var nextDue: Date?
-        var pendingUnreadable: [ReadOnlyPersistentStore.UnreadableEntry] = [], failedUnreadable: [ReadOnlyPersistentStore.UnreadableEntry] = []
-        if let summary = try reader.indexedSummary(now: now) {
-            // A journal store: from its index, read once, with no record decoded (a million
-            // records in the time it takes to read the journal, in the memory of its index).
-            pendingCount = summary.counts.pending
-            running = summary.counts.running
-            periodicCount = summary.counts.periodic
-            failedCount = summary.counts.failed
-            pendingByType = summary.counts.pendingByType
-            periodicByType = summary.counts.periodicByType
-            failedByType = summary.counts.failedByType
-            nextDue = summary.nextDueDate
-            pendingUnreadable = summary.unreadable
-        } else {
-            // A store not migrated to the journal yet: one pass over the pending records,
-            // keeping counts, not records, and one reading for both areas and the markers.
-            let (unreadable, failed) = try reader.withSnapshot { () throws -> ([ReadOnlyPersistentStore.UnreadableEntry], ReadOnlyPersistentStore.RecordList) in
-                let unreadable = try reader.forEachPendingRecord { record in
-                    pendingCount += 1
-                    pendingByType[record.typeIdentifier, default: 0] += 1
-                    if record.state == .running { running += 1 }
-                    if record.repeating != nil {
-                        periodicCount += 1
-                        periodicByType[record.typeIdentifier, default: 0] += 1
-                    }
-                    let due = max(record.dueDate ?? now, now)
-                    nextDue = min(nextDue ?? due, due)
-                }
-                return (unreadable, try reader.failedRecords())
-            }
-            pendingUnreadable = unreadable
-            failedUnreadable = failed.unreadable
-            failedCount = failed.records.count
-            failedByType = Dictionary(grouping: failed.records, by: \.typeIdentifier).mapValues(\.count)
-        }
+        // One reading of the store; a journal store's counts come from its index, with no record
+        // decoded (a million records in the time it takes to read the journal, in the memory of
+        // its index).
+        let summary = try reader.summary(now: now)
+        let counts = summary.counts, nextDue = summary.nextDueDate
+        let (pendingUnreadable, failedUnreadable) = (summary.pendingUnreadable, summary.failedUnreadable)
         let quarantined = try reader.quarantinedEntries()
         let holder = reader.lockHolder
         let unreadable = Self.json(pendingUnreadable, area: "pending") + Self.json(failedUnreadable, area: "failed")
         if json {
             print(JSONValue.object([
                 ("store", .string(store.path)),
-                ("pending", .integer(Int64(pendingCount))),
-                ("pendingByType", Self.countsByType(pendingByType)),
-                ("running", .integer(Int64(running))),
-                ("failed", .integer(Int64(failedCount))),
-                ("failedByType", Self.countsByType(failedByType)),
+                ("pending", .integer(Int64(counts.pending))),
+                ("pendingByType", Self.countsByType(counts.pendingByType)),
+                ("running", .integer(Int64(counts.running))),
+                ("failed", .integer(Int64(counts.failed))),
+                ("failedByType", Self.countsByType(counts.failedByType)),
                 ("quarantined", .integer(Int64(quarantined.count))),
                 ("quarantinedEntries", .array(quarantined.map { .object([("name", .string($0.name)), ("reason", .string($0.reason))]) })),
                 ("unreadable", .array(unreadable)),
-                ("attemptsInFlight", .integer(Int64(running))),
+                ("attemptsInFlight", .integer(Int64(counts.running))),
                 ("lockFileProcess", holder.map { .integer(Int64($0.processIdentifier)) } ?? .null),
                 ("lockFileProcessIsRunning", holder.map { .bool($0.isRunning) } ?? .null),
-                ("periodic", .integer(Int64(periodicCount))),
-                ("periodicByType", Self.countsByType(periodicByType)),
+                ("periodic", .integer(Int64(counts.periodic))),
+                ("periodicByType", Self.countsByType(counts.periodicByType)),
                 ("nextDueDate", RecordPresentation.json(nextDue)),
             ]).rendered(pretty: true))
             return
         }
         print("store \(store.path)")
         var table = TextTable(headers: ["AREA", "COUNT", "BY TYPE"])
-        table.append(["pending", "\(pendingCount)", Self.byTypeText(pendingByType)])
-        table.append(["  running", "\(running)", "-"])
-        table.append(["  periodic", "\(periodicCount)", Self.byTypeText(periodicByType)])
-        table.append(["failed", "\(failedCount)", Self.byTypeText(failedByType)])
+        table.append(["pending", "\(counts.pending)", Self.byTypeText(counts.pendingByType)])
+        table.append(["  running", "\(counts.running)", "-"])
+        table.append(["  periodic", "\(counts.periodic)", Self.byTypeText(counts.periodicByType)])
+        table.append(["failed", "\(counts.failed)", Self.byTypeText(counts.failedByType)])
         table.append(["quarantined", "\(quarantined.count)", "-"])
         table.append(["unreadable", "\(unreadable.count)", "-"])
         print(table.rendered())
