@@ -50,7 +50,7 @@ extension PersistentOperationQueue {
 
     /// The app cancelled `operation` (``RetryingOperation/cancel()``): if it was parked, the
     /// queue holds it again, so that it is the object that finishes cancelled.
-    func operationWasCancelled(_ id: String, _ operation: RetryingOperation) {
+    func operationWasCancelled(_ id: String, _ operation: Operation) {
         state.withLock { state in
             guard var entry = state.entries[id], entry.operation == nil, entry.parkedOperation === operation else { return }
             _ = entry.holdLiveOperation()

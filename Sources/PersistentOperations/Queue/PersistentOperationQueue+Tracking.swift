@@ -39,7 +39,7 @@ extension PersistentOperationQueue {
         parkIfWaiting(parkable.map(\.record.id))
         // A cancel before it was parked found it held, and did nothing: hold it again.
         for item in parkable where item.operation.isCancelled {
-            if let retrying = item.operation as? RetryingOperation { operationWasCancelled(item.record.id, retrying) }
+            operationWasCancelled(item.record.id, item.operation)
         }
     }
 
@@ -118,12 +118,9 @@ extension PersistentOperationQueue {
     /// is forgotten.
     func operation(for id: String) -> Operation? {
         let found = state.withLock { state -> (operation: Operation?, entry: Entry?, type: RegisteredType?) in
-            guard var entry = state.entries[id] else { return (nil, nil, nil) }
-            if entry.operation == nil, entry.parkedOperation != nil {
-                defer { state.entries[id] = entry }
-                if let operation = entry.holdLiveOperation() { return (operation, nil, nil) }
-            }
+            guard let entry = state.entries[id] else { return (nil, nil, nil) }
             if let operation = entry.operation { return (operation, nil, nil) }
+            if entry.parkedOperation != nil, let parked = state.entries[id]?.holdLiveOperation() { return (parked, nil, nil) }
             return (nil, entry, state.registry[entry.record.typeIdentifier])
         }
         if let operation = found.operation { return operation }
