@@ -151,7 +151,7 @@ public final class ReadOnlyPersistentStore: Sendable {
             var kept: [OperationRecord] = []
             // The pending records that depend on each pending record, for the page's `dependents`.
             var dependents: [String: [(order: RunOrder, id: PersistentOperationID)]] = [:]
-            let isPending = try store.indexCounts()?.isPending
+            let isPending = try store.indexedPendingLookup()
             var pendingIDs: Set<String> = []   // a store not migrated to the journal yet
             func trim() {
                 kept.sort(by: OperationRecord.runsBefore)
@@ -315,8 +315,13 @@ public final class ReadOnlyPersistentStore: Sendable {
     }
 
     private func readCounts() throws -> Counts {
+        try readCounts(index: try store.indexCounts())
+    }
+
+    /// The counts, from `index` when the store's records all live in its journal.
+    private func readCounts(index: RecordStore.IndexSummary?) throws -> Counts {
         var counts = Counts()
-        if let index = try store.indexCounts() {
+        if let index {
             // A journal store: from its index, no record read (a million records in seconds
             // and the memory of the index). Running: in flight by the record's own count or
             // its marker or suspect file, while a process holds the store.
@@ -415,7 +420,7 @@ public final class ReadOnlyPersistentStore: Sendable {
                 summary.counts.quarantined = try store.quarantinedEntryNames().count
                 return summary
             }
-            return (try readCounts(), index.counts.earliestDueDate.map { max($0, now) }, index.unreadable.map(UnreadableEntry.init), [])
+            return (try readCounts(index: index), index.counts.earliestDueDate.map { max($0, now) }, index.unreadable.map(UnreadableEntry.init), [])
         }
     }
 

@@ -202,11 +202,22 @@ package final class RecordStore: Sendable {
     /// (no record read), with the entries that cannot be read (damaged frames a read-only
     /// open skipped, files of a newer format left in place); `nil` for a store whose
     /// records are files of the earlier layout, or partly (not migrated yet).
-    package func indexCounts() throws -> (counts: JournalStore.IndexCounts, unreadable: [LoadReport.Entry], isPending: (String) -> Bool)? {
+    package func indexCounts() throws -> IndexSummary? {
         guard let (journal, filesToo) = try readableJournal(), !filesToo else { return nil }
         let filesLeft = state.withLock { $0.filesLeft }
         let skipped = access == .readOnly ? journal.openReport.skipped : []
         return (journal.indexCounts(), skipped + filesLeft, { journal.isPending(id: $0) })
+    }
+
+    /// What ``indexCounts()`` returns: the counts, the entries that cannot be read, and
+    /// whether a record is pending, by its identifier.
+    package typealias IndexSummary = (counts: JournalStore.IndexCounts, unreadable: [LoadReport.Entry], isPending: (String) -> Bool)
+
+    /// Whether a record is pending, by its identifier, from the journal's index, without
+    /// counting anything; `nil` for a store whose records are not all in its journal.
+    package func indexedPendingLookup() throws -> ((String) -> Bool)? {
+        guard let (journal, filesToo) = try readableJournal(), !filesToo else { return nil }
+        return { journal.isPending(id: $0) }
     }
 
     /// Runs `body` with every read of a read-only store served by one opening of its
