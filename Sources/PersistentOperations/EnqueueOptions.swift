@@ -144,6 +144,63 @@ public struct EnqueueOptions: Sendable, Hashable {
     /// ```
     public var keepsOperationAlive: Bool
 
+    /// An ordered lane: the operations added with the same lane run **one at a time, in the
+    /// order they were added**, and different lanes run side by side. Default: `nil` (no lane).
+    ///
+    /// A lane is what a chat's outbox needs: the messages of one conversation go out in order,
+    /// while other conversations do not wait. The order holds across retries (an operation
+    /// waiting to retry keeps its lane), crashes, relaunches and power cuts: it is saved with
+    /// each record, and ``PersistentOperationQueue/restore()`` rebuilds each lane in add order.
+    ///
+    /// The next operation of a lane starts once the one before it has **ended, however it
+    /// ended**: succeeded, failed for good, cancelled, expired, replaced by a unique key. (A
+    /// dependency, by contrast, waits for its prerequisite to *succeed*.) Set
+    /// ``holdsLaneOnFailure`` to stop the lane instead when an operation fails for good.
+    /// Cancelling an operation never cancels the ones behind it.
+    ///
+    /// Lanes combine with the rest: an operation that is its lane's turn still waits for its
+    /// prerequisites, its ``notBefore`` date and its run ``conditions`` (and holds the lane
+    /// meanwhile); ``expirationDate`` applies while it waits for its turn; priorities order
+    /// operations of different lanes, never the operations within one. An operation waiting
+    /// for its turn holds no slot and no timer
+    /// (``PersistentOperationInfo/State-swift.enum/waitingForLane``). An operation can be in
+    /// one lane; a periodic one (``repeating``) cannot be in any. A batch added with a lane
+    /// (``PersistentOperationQueue/addOperations(_:options:)``) joins it in the batch's order,
+    /// so an operation of it may depend only on operations before it in the batch.
+    ///
+    /// Before ``PersistentOperationQueue/restore()``, an add into a lane that has operations an
+    /// earlier launch left pending waits for them: it starts after the restore has brought them
+    /// back and they have ended.
+    ///
+    /// ```swift
+    /// // Messages of one conversation go out one at a time, in order.
+    /// for message in drafts {
+    ///     try queue.addOperation(SendMessage(payload: message),
+    ///                            options: EnqueueOptions(lane: "chat:\(message.chatID)"))
+    /// }
+    /// ```
+    public var lane: String?
+
+    /// Whether the lane stops when this operation fails for good while it is the lane's
+    /// current operation (SQS FIFO's behaviour). Default `false`: the lane moves on to the
+    /// next operation. Only meaningful with a ``lane``.
+    ///
+    /// A holding operation's record moves to the failed area as any failure does, and the
+    /// lane's other operations wait — without a slot, a timer or a retry spent, also across
+    /// relaunches — until it is re-queued (``PersistentOperationQueue/retryFailedOperation(withID:)``,
+    /// when it runs first) or purged (``PersistentOperationQueue/purgeFailedOperation(withID:)``,
+    /// when the lane moves on). ``PersistentOperationEvent/laneHeld(lane:by:)`` reports the stop.
+    /// Operations waiting behind a held lane do not keep
+    /// ``PersistentOperationQueue/waitUntilAllOperationsAreFinished()`` waiting. Only the lane's
+    /// current operation holds it: one that expires, or fails because a prerequisite failed,
+    /// while it waits for its turn leaves the lane.
+    ///
+    /// ```swift
+    /// let options = EnqueueOptions(lane: "chat:42", holdsLaneOnFailure: true)
+    /// try queue.addOperation(SendMessage(payload: message), options: options)
+    /// ```
+    public var holdsLaneOnFailure: Bool
+
     /// Creates options; every parameter defaults to "no constraint".
     public init(
         notBefore: Date? = nil,
@@ -153,9 +210,13 @@ public struct EnqueueOptions: Sendable, Hashable {
         expirationDate: Date? = nil,
         conditions: Set<String> = [],
         repeating: RepeatSchedule? = nil,
-        keepsOperationAlive: Bool = false
+        keepsOperationAlive: Bool = false,
+        lane: String? = nil,
+        holdsLaneOnFailure: Bool = false
     ) {
         self.keepsOperationAlive = keepsOperationAlive
+        self.lane = lane
+        self.holdsLaneOnFailure = holdsLaneOnFailure
         self.notBefore = notBefore
         self.tags = tags
         self.uniqueKey = uniqueKey

@@ -42,8 +42,16 @@ public enum PersistentOperationEvent: Sendable, Hashable {
     /// The operation waits for `prerequisites` (the ones not finished yet) to succeed before
     /// its first attempt.
     case blocked(PersistentOperationID, prerequisites: [PersistentOperationID])
-    /// Every prerequisite of the operation succeeded; it is scheduled now.
+    /// Every prerequisite of the operation succeeded, or (in a lane) the operations before it
+    /// in its lane ended; it is scheduled now.
     case unblocked(PersistentOperationID)
+    /// The operation waits for its turn in `lane` (``EnqueueOptions/lane``): `ahead`
+    /// operations of the lane come before it. ``unblocked(_:)`` follows when its turn comes.
+    case waitingForLane(PersistentOperationID, lane: String, ahead: Int)
+    /// The operation `by` failed for good as the current operation of `lane`, which holds
+    /// (``EnqueueOptions/holdsLaneOnFailure``): the lane's other operations wait until it is
+    /// re-queued or purged.
+    case laneHeld(lane: String, by: PersistentOperationID)
     /// The operation will never run because `prerequisite` failed for good or was cancelled
     /// (or could not be read); a ``failed(_:reason:)`` or ``cancelled(_:)`` event for it follows.
     case abandoned(PersistentOperationID, prerequisite: PersistentOperationID)

@@ -25,6 +25,10 @@ public struct PersistentOperationInfo: Sendable {
         /// provider registered): it holds no slot and no timer, and starts as soon as they all
         /// hold.
         case waitingForConditions
+        /// Waiting for its turn in its ``PersistentOperationInfo/lane``: an operation added
+        /// to the lane before it has not ended yet (or a failure holds the lane). It holds no
+        /// slot and no timer.
+        case waitingForLane
     }
 
     /// The identifier of the operation's record.
@@ -78,6 +82,14 @@ public struct PersistentOperationInfo: Sendable {
     public var unfinishedPrerequisites: [PersistentOperationID] = []
     /// The unfinished operations of the queue that wait for this one.
     public var dependents: [PersistentOperationID] = []
+    /// The ordered lane it runs in (``EnqueueOptions/lane``), if any.
+    public var lane: String? = nil
+    /// In a lane: how many of the lane's operations come before it (0: it is the lane's
+    /// current operation); `nil` without a lane, or while a failure holds the lane.
+    public var lanePosition: Int? = nil
+    /// Whether a failure for good of this operation, as its lane's current one, holds the
+    /// lane (``EnqueueOptions/holdsLaneOnFailure``).
+    public var holdsLaneOnFailure = false
 }
 
 /// A record of the failed (dead-letter) area of a ``PersistentOperationQueue``.
@@ -118,8 +130,8 @@ public struct FailedOperationInfo: Sendable, Hashable {
 /// ```
 public struct PersistentQueueCounts: Sendable, Hashable {
     /// Operations not finished: ``scheduled`` + ``queued`` + ``running`` + ``waitingToRetry``
-    /// + ``waitingForPrerequisites`` + ``waitingForConditions``.
-    public var pending: Int { scheduled + queued + running + waitingToRetry + waitingForPrerequisites + waitingForConditions }
+    /// + ``waitingForPrerequisites`` + ``waitingForConditions`` + ``waitingForLane``.
+    public var pending: Int { scheduled + queued + running + waitingToRetry + waitingForPrerequisites + waitingForConditions + waitingForLane }
     /// Waiting for their not-before or next-attempt date.
     public var scheduled = 0
     /// Due and waiting for a slot in the `OperationQueue`.
@@ -132,6 +144,8 @@ public struct PersistentQueueCounts: Sendable, Hashable {
     public var waitingForPrerequisites = 0
     /// Due, waiting for their run conditions to hold.
     public var waitingForConditions = 0
+    /// Waiting for their turn in an ordered lane (``EnqueueOptions/lane``).
+    public var waitingForLane = 0
     /// Records in the failed area.
     public var failed = 0
     /// Entries in the quarantine area.

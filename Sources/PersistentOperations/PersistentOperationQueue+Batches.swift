@@ -54,6 +54,7 @@ extension PersistentOperationQueue {
         if options.repeating != nil {
             throw PersistenceError(.invalidOptions, "addOperations(_:options:) cannot add periodic operations (options.repeating); add each series with addOperation(_:options:).")
         }
+        try checkLaneOptions(options)
         guard !operations.isEmpty else { return [] }
         var batch: [ObjectIdentifier: String] = [:]
         for operation in operations {
@@ -77,8 +78,11 @@ extension PersistentOperationQueue {
         }
 
         let hasDependencies = operations.contains { !$0.dependencies.isEmpty }
-        if hasDependencies { graphLock.lock() }
-        defer { if hasDependencies { graphLock.unlock() } }
+        let readsStoredLanes = options.lane != nil && needsStoredUniqueKeys()
+        let locksGraph = hasDependencies || readsStoredLanes
+        if locksGraph { graphLock.lock() }
+        defer { if locksGraph { graphLock.unlock() } }
+        if readsStoredLanes { try loadStoredLanesIfNeeded() }
         var resolved: [ResolvedPrerequisites] = []
         resolved.reserveCapacity(operations.count)
         for operation in operations {
@@ -87,6 +91,9 @@ extension PersistentOperationQueue {
         let ids = operations.map { batch[ObjectIdentifier($0)]! }
         if hasDependencies {
             try Self.checkAcyclic(ids: ids, prerequisites: resolved.map(\.ids), operations: operations)
+            if options.lane != nil {
+                try Self.checkLaneOrder(ids: ids, prerequisites: resolved.map(\.ids), operations: operations)
+            }
         }
 
         let isBatch = operations.count > 1
@@ -122,6 +129,22 @@ extension PersistentOperationQueue {
 
     private static func encodedPayload<Op: PersistentOperation>(of operation: Op) throws -> Data {
         try RecordFormat.encodePayload(operation.payload)
+    }
+
+    /// Throws ``PersistenceError/Code/invalidDependency`` when an operation of a batch added
+    /// with a lane depends on one after it in the batch: behind it in the lane, that one could
+    /// never run first.
+    private static func checkLaneOrder(ids: [String], prerequisites: [[String]], operations: [any PersistentOperation]) throws {
+        let position = Dictionary(uniqueKeysWithValues: ids.enumerated().map { ($1, $0) })
+        for (member, prerequisiteIDs) in prerequisites.enumerated() {
+            for prerequisite in prerequisiteIDs {
+                guard let later = position[prerequisite], later > member else { continue }
+                throw PersistenceError(
+                    .invalidDependency,
+                    "\(describe(operations[member])) depends on \(describe(operations[later])), which comes after it in the batch and so after it in their lane: it could never run first. Put each prerequisite before its dependents in the batch; nothing was stored."
+                )
+            }
+        }
     }
 
     /// Throws ``PersistenceError/Code/invalidDependency`` when the dependencies inside a batch

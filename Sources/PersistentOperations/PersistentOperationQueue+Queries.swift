@@ -132,6 +132,7 @@ extension PersistentOperationQueue {
                 case .waitingToRetry: counts.waitingToRetry += 1
                 case .waitingForPrerequisites: counts.waitingForPrerequisites += 1
                 case .waitingForConditions: counts.waitingForConditions += 1
+                case .waitingForLane: counts.waitingForLane += 1
                 }
             }
             counts.unknownType = state.unknownTypeRecords.count
@@ -142,14 +143,15 @@ extension PersistentOperationQueue {
     }
 
     private func snapshot(where isIncluded: (Entry) -> Bool) -> [PersistentOperationInfo] {
-        let (entries, graph) = state.withLock { state -> ([Entry], [String: (unfinished: [PersistentOperationID], dependents: [PersistentOperationID])]) in
+        let (entries, graph, positions) = state.withLock { state -> ([Entry], [String: (unfinished: [PersistentOperationID], dependents: [PersistentOperationID])], [String: Int]) in
             let entries = state.entries.values.filter(isIncluded)
             var graph: [String: (unfinished: [PersistentOperationID], dependents: [PersistentOperationID])] = [:]
             for entry in entries where !entry.record.prerequisites.isEmpty || state.dependents[entry.record.id] != nil {
                 let dependents = (state.dependents[entry.record.id] ?? []).filter { state.entries[$0] != nil }
                 graph[entry.record.id] = (unfinishedPrerequisites(of: entry.record, in: state), dependents.map(PersistentOperationID.init(record:)))
             }
-            return (entries, graph)
+            let lanes = Set(entries.compactMap(\.record.lane))
+            return (entries, graph, lanes.isEmpty ? [:] : lanePositions(of: lanes, in: state))
         }
         return entries
             .sorted { OperationRecord.runsBefore($0.record, $1.record) }
@@ -181,6 +183,9 @@ extension PersistentOperationQueue {
                 info.periodTarget = record.periodTarget
                 info.completedPeriods = record.completedPeriods
                 info.lastErrorDescription = record.lastErrorDescription
+                info.lane = record.lane
+                info.lanePosition = positions[record.id]
+                info.holdsLaneOnFailure = record.laneHoldsOnFailure
                 return info
             }
     }
@@ -336,6 +341,8 @@ extension PersistentOperationQueue {
         failedAreaLock.lock()
         defer { failedAreaLock.unlock() }
         try store.purgeFailed(id: id.rawValue)
+        // The lane it held, if any, moves on.
+        scheduleUnblocked(state.withLock { releaseLane(heldBy: id.rawValue, in: &$0) })
     }
 
     /// Deletes every failed record and returns how many there were.
@@ -348,7 +355,12 @@ extension PersistentOperationQueue {
         try checkOpen()
         failedAreaLock.lock()
         defer { failedAreaLock.unlock() }
-        return try store.purgeAllFailed()
+        let purged = try store.purgeAllFailed()
+        // Every lane a failed record held moves on.
+        scheduleUnblocked(state.withLock { state in
+            Array(state.laneHolders.keys).flatMap { releaseLane(heldBy: $0, in: &state) }
+        })
+        return purged
     }
 
     /// Tracks re-queued records like restored ones (built when due), then links them to
@@ -364,7 +376,7 @@ extension PersistentOperationQueue {
             trackRestored(record)
             requeued.append(RestoredRecord(
                 id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate,
-                prerequisites: record.prerequisites
+                prerequisites: record.prerequisites, lane: record.lane
             ))
         }
         // A prerequisite still in the failed area fails its re-queued dependents again.
@@ -380,11 +392,17 @@ extension PersistentOperationQueue {
             }
             requeued.removeAll { !$0.prerequisites.isEmpty }
         }
-        let ended = state.withLock { state in
-            requeued.map { link($0.id, to: $0.prerequisites, in: &state) }
+        // In enqueue order within each lane; a record that held its lane takes it back.
+        let linked = state.withLock { state in
+            let ended = requeued.map { link($0.id, to: $0.prerequisites, in: &state) }
+            var lanes: [String: (waits: Bool, ahead: Int)] = [:]
+            for record in requeued.filter({ $0.lane != nil }).sorted(by: { $0.order.enqueueSequence < $1.order.enqueueSequence }) {
+                lanes[record.id] = joinLane(record.id, in: &state)
+            }
+            return zip(requeued, ended).map { (ended: $1, lane: lanes[$0.id] ?? (false, 0)) }
         }
-        for (record, ended) in zip(requeued, ended) {
-            scheduleLinked(record.id, due: record.due, ended: ended)
+        for (record, linked) in zip(requeued, linked) {
+            scheduleLinked(record.id, due: record.due, ended: linked.ended, laneAhead: linked.lane.ahead)
         }
     }
 }

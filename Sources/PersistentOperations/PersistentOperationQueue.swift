@@ -110,10 +110,21 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         /// Entries whose retry wait has begun but whose record is still being saved (see
         /// `+Attempts`): a bounded run's stop waits for them.
         var retriesBeingSaved: Set<String> = []
+        /// The ordered lanes with entries or a holder, by name (see `+Lanes`).
+        var lanes: [String: Lane] = [:]
+        /// The failed records that hold their lanes, with the lane each holds.
+        var laneHolders: [String: String] = [:]
+        /// Entries waiting in lanes that a failure holds: they cannot run until it is
+        /// re-queued or purged, so the queue counts as idle without them.
+        var heldLaneWaiters = 0
+        /// Before the first restore, the lanes of the pending records on disk that are not
+        /// entries, and of the failed records holding lanes; `nil` until an add into a lane
+        /// first needs them (see `+Lanes`).
+        var storedLanes: Set<String>?
 
-        /// Whether every entry left is a periodic series waiting for its next period: what
-        /// `waitUntilAllOperationsAreFinished()` waits for.
-        var isIdle: Bool { entries.count == seriesBetweenPeriods.count }
+        /// Whether every entry left is a periodic series waiting for its next period, or waits
+        /// behind a held lane: what `waitUntilAllOperationsAreFinished()` waits for.
+        var isIdle: Bool { entries.count == seriesBetweenPeriods.count + heldLaneWaiters }
     }
 
     /// The queue the attempts run in.
@@ -315,6 +326,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         if let repeating = options.repeating {
             try checkRepeatSchedule(repeating, of: operation)
         }
+        try checkLaneOptions(options)
         try checkOpen()
         let payload = try RecordFormat.encodePayload(operation.payload)
 
@@ -324,8 +336,10 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         // operation is cancelled only after that lock is let go (its end takes the lock to
         // settle its own dependents).
         let readsStoredKeys = options.uniqueKey != nil && needsStoredUniqueKeys()
+        let readsStoredLanes = options.lane != nil && needsStoredUniqueKeys()
         var replaced: String?
-        let result = try withGraphLock(if: !operation.dependencies.isEmpty || readsStoredKeys) { () throws -> EnqueueResult in
+        let result = try withGraphLock(if: !operation.dependencies.isEmpty || readsStoredKeys || readsStoredLanes) { () throws -> EnqueueResult in
+            if readsStoredLanes { try loadStoredLanesIfNeeded() }
             let prerequisites = operation.dependencies.isEmpty ? ResolvedPrerequisites() : try resolvePrerequisites(of: operation)
             guard let uniqueKey = options.uniqueKey else {
                 let id = try store(operation, payload: payload, options: options, prerequisites: prerequisites)
@@ -426,7 +440,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
             repeatInterval: options.repeating?.interval,
             repeatFlex: options.repeating?.flex ?? 0,
             // The first period targets its not-before date, or now.
-            periodTarget: options.repeating.map { _ in options.notBefore ?? now }
+            periodTarget: options.repeating.map { _ in options.notBefore ?? now },
+            lane: options.lane,
+            laneHoldsOnFailure: options.lane != nil && options.holdsLaneOnFailure
         )
     }
 

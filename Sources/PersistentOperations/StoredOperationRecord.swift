@@ -66,6 +66,15 @@ public struct StoredOperationRecord: Sendable, Hashable {
     /// For a periodic operation, the periods that have ended, succeeded or failed for good;
     /// 0 for an operation that runs once.
     public var completedPeriods: Int = 0
+    /// The ordered lane it runs in (``EnqueueOptions/lane``), if any. Within a lane, records
+    /// run in ``enqueueSequence`` order.
+    public var lane: String? = nil
+    /// Whether a failure for good, as its lane's current operation, holds the lane
+    /// (``EnqueueOptions/holdsLaneOnFailure``).
+    public var holdsLaneOnFailure = false
+    /// For a failed record: it holds its lane, whose other records wait until it is
+    /// re-queued or purged.
+    public var isHoldingLane = false
     /// The tags it was added with.
     public var tags: Set<String>
     /// The unique key it was added with.
@@ -184,6 +193,9 @@ extension StoredOperationRecord {
         repeating = record.repeatInterval.map { RepeatSchedule(interval: $0, flex: record.repeatFlex) }
         periodTarget = record.periodTarget
         completedPeriods = record.completedPeriods
+        lane = record.lane
+        holdsLaneOnFailure = record.laneHoldsOnFailure
+        isHoldingLane = record.isHoldingLane
         if let evidence {
             crashes = evidence.crashes
             kills = evidence.kills

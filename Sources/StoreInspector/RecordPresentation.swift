@@ -74,6 +74,9 @@ enum RecordPresentation {
             ("periodTarget", json(record.periodTarget)),
             ("completedPeriods", .integer(Int64(record.completedPeriods))),
             ("due", json(due(of: record))),
+            ("lane", record.lane.map { .string($0) } ?? .null),
+            ("holdsLaneOnFailure", .bool(record.holdsLaneOnFailure)),
+            ("isHoldingLane", .bool(record.isHoldingLane)),
         ]
     }
 
@@ -86,6 +89,7 @@ enum RecordPresentation {
         case .waitingToRetry: "waitingToRetry"
         case .waitingForPrerequisites: "waitingForPrerequisites"
         case .waitingForConditions: "waitingForConditions"
+        case .waitingForLane: "waitingForLane"
         case nil: "-"
         }
     }

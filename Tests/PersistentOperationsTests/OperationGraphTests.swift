@@ -386,11 +386,13 @@ struct OperationGraphTests {
         #expect(try directory.names(in: "batches").isEmpty)
         #expect(records.first { $0.id == ids[0].rawValue }?.prerequisites.count == 2)
         first.queue.close()
-        // When a new launch restores it
-        let second = try QueueFixture(maxConcurrent: 4, directory: directory, journal: first.journal)
+        // When a new launch restores it (its queue suspended until the graph is checked: on a
+        // busy machine the whole diamond could otherwise have run by then)
+        let second = try QueueFixture(maxConcurrent: 4, suspended: true, directory: directory, journal: first.journal)
         let report = try second.queue.restore()
         #expect(Set(report.restored) == Set(ids))
         #expect(second.queue.operation(withID: ids[0])?.state == .waitingForPrerequisites)
+        second.queue.operationQueue.isSuspended = false
         await second.queue.allOperationsFinished()
         // Then the graph held: the album first, the publish last
         #expect(second.lines.first == "album#1 retry=false retries=0")

@@ -47,7 +47,7 @@ struct PersistentDeadlineTests {
         // earlier layout would need version 3
         let stored = try #require(try fixture.pendingRecords().first)
         #expect(stored.expiresAt == expiry)
-        #expect(stored.formatVersion == OperationRecord.currentFormatVersion && stored.requiredFormatVersion == 3)
+        #expect(stored.formatVersion == 5 && stored.journalFormatVersion == 5 && stored.requiredFormatVersion == 3)
         #expect(fixture.queue.operation(withID: result.id)?.expirationDate == expiry)
 
         // When the date comes

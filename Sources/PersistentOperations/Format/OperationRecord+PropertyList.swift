@@ -39,6 +39,11 @@ extension OperationRecord {
             entries["periodTarget"] = periodTarget.map { .date($0) }
             if completedPeriods != 0 { entries["completedPeriods"] = .integer(Int64(completedPeriods)) }
         }
+        if formatVersion >= 6 {
+            entries["lane"] = lane.map { .string($0) }
+            if laneHoldsOnFailure { entries["laneHoldsOnFailure"] = .bool(true) }
+            if isHoldingLane { entries["isHoldingLane"] = .bool(true) }
+        }
         return .dictionary(entries)
     }
 
@@ -66,7 +71,7 @@ extension OperationRecord {
     struct Fields {
         /// A field a record body may hold (its key is ``name``).
         enum Key: Int, CaseIterable {
-            case formatVersion, id, typeIdentifier, payload, priority, enqueueSequence, enqueuedAt, notBefore, tags, uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription, failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions, repeatInterval, repeatFlex, periodTarget, completedPeriods
+            case formatVersion, id, typeIdentifier, payload, priority, enqueueSequence, enqueuedAt, notBefore, tags, uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription, failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions, repeatInterval, repeatFlex, periodTarget, completedPeriods, lane, laneHoldsOnFailure, isHoldingLane
 
             /// The key in the property list.
             var name: String { Self.names[rawValue] }
@@ -150,6 +155,21 @@ extension OperationRecord {
             }
             guard completedPeriods >= 0 else { throw Self.invalid("field \"completedPeriods\" is negative") }
         }
+        var lane: String?
+        var laneHoldsOnFailure = false
+        var isHoldingLane = false
+        if formatVersion >= 6 {
+            func flag(_ value: PropertyListValue) -> Bool? {
+                if case .bool(let flag) = value { return flag }
+                return nil
+            }
+            lane = try optional(.lane, \.stringValue)
+            laneHoldsOnFailure = try optional(.laneHoldsOnFailure, flag) ?? false
+            isHoldingLane = try optional(.isHoldingLane, flag) ?? false
+            guard lane.map({ !$0.isEmpty }) ?? !(laneHoldsOnFailure || isHoldingLane) else {
+                throw Self.invalid("field \"lane\" is empty, or missing from a record that holds its lane")
+            }
+        }
         self.init(
             id: id,
             typeIdentifier: try required(.typeIdentifier, \.stringValue),
@@ -174,7 +194,10 @@ extension OperationRecord {
             repeatInterval: repeatInterval,
             repeatFlex: repeatFlex,
             periodTarget: periodTarget,
-            completedPeriods: completedPeriods
+            completedPeriods: completedPeriods,
+            lane: lane,
+            laneHoldsOnFailure: laneHoldsOnFailure,
+            isHoldingLane: isHoldingLane
         )
         self.formatVersion = formatVersion
     }

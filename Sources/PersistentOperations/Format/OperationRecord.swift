@@ -82,9 +82,23 @@ import Foundation
 /// reads a journal). Record files of the one-file-per-record layout, and records exported
 /// by `store-inspector export`, are still written in the lowest of versions 1 to 4 that
 /// holds them (``requiredFormatVersion``).
+///
+/// ## Format version 6
+///
+/// Version 6 adds ordered lanes. Its keys are those of version 5 and:
+///
+/// | Key | Type | Meaning |
+/// |---|---|---|
+/// | `lane` | string? | The ordered lane the operation runs in: one at a time, in `enqueueSequence` order. |
+/// | `laneHoldsOnFailure` | boolean? | When it fails for good as its lane's current operation, the lane waits for it (absent: `false`). |
+/// | `isHoldingLane` | boolean? | In the failed area: the record holds its lane until it is re-queued or purged (absent: `false`). |
+///
+/// Only a record in a lane is written in version 6 (``journalFormatVersion``), so that an older
+/// reader (which would run it out of order) leaves it alone as a newer format; every other
+/// record is still written in version 5.
 package struct OperationRecord: Codable, Sendable, Equatable {
     /// The newest record format version this library writes (in the journal) and reads.
-    package static let currentFormatVersion = 5
+    package static let currentFormatVersion = 6
     /// The format versions this library reads.
     package static let readableFormatVersions = 1...currentFormatVersion
 
@@ -188,6 +202,23 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         set { extras.changeField(to: newValue, isDefault: newValue == 0) { $0.completedPeriods = $1 } }
     }
 
+    /// The ordered lane the operation runs in, when it has one (version 6).
+    package var lane: String? {
+        get { extras?.lane }
+        set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.lane = $1 } }
+    }
+    /// Whether a failure for good, while the operation is its lane's current one, holds the
+    /// lane (version 6).
+    package var laneHoldsOnFailure: Bool {
+        get { extras?.laneHoldsOnFailure ?? false }
+        set { extras.changeField(to: newValue, isDefault: !newValue) { $0.laneHoldsOnFailure = $1 } }
+    }
+    /// In the failed area: the record holds its lane until it is re-queued or purged (version 6).
+    package var isHoldingLane: Bool {
+        get { extras?.isHoldingLane ?? false }
+        set { extras.changeField(to: newValue, isDefault: !newValue) { $0.isHoldingLane = $1 } }
+    }
+
     /// The fields most records leave at their defaults. Shared by copies of a record until one
     /// of them changes a field (copy on write); never changed while shared, hence `Sendable`.
     private final class Extras: CopyOnWriteFields, @unchecked Sendable {
@@ -204,6 +235,9 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         var repeatFlex: Double = 0
         var periodTarget: Date?
         var completedPeriods = 0
+        var lane: String?
+        var laneHoldsOnFailure = false
+        var isHoldingLane = false
 
         /// Whether every field has its default value (a `-0` flex is not the default: it
         /// must read back as it was set).
@@ -211,7 +245,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             tags.isEmpty && uniqueKey == nil && lastErrorDescription == nil && failureReason == nil
                 && prerequisites.isEmpty && batchID == nil && failedPrerequisite == nil && expiresAt == nil
                 && conditions.isEmpty && repeatInterval == nil && repeatFlex == 0 && repeatFlex.sign == .plus
-                && periodTarget == nil && completedPeriods == 0
+                && periodTarget == nil && completedPeriods == 0 && lane == nil && !laneHoldsOnFailure && !isHoldingLane
         }
 
         func copy() -> Extras {
@@ -229,6 +263,9 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             copy.repeatFlex = repeatFlex
             copy.periodTarget = periodTarget
             copy.completedPeriods = completedPeriods
+            copy.lane = lane
+            copy.laneHoldsOnFailure = laneHoldsOnFailure
+            copy.isHoldingLane = isHoldingLane
             return copy
         }
     }
@@ -258,7 +295,10 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         repeatInterval: Double? = nil,
         repeatFlex: Double = 0,
         periodTarget: Date? = nil,
-        completedPeriods: Int = 0
+        completedPeriods: Int = 0,
+        lane: String? = nil,
+        laneHoldsOnFailure: Bool = false,
+        isHoldingLane: Bool = false
     ) {
         self.id = id
         self.typeIdentifier = typeIdentifier
@@ -284,6 +324,9 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         self.repeatFlex = repeatFlex
         self.periodTarget = periodTarget
         self.completedPeriods = completedPeriods
+        self.lane = lane
+        self.laneHoldsOnFailure = laneHoldsOnFailure
+        self.isHoldingLane = isHoldingLane
         self.formatVersion = requiredFormatVersion
     }
 
@@ -292,6 +335,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         case uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription
         case failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions
         case repeatInterval, repeatFlex, periodTarget, completedPeriods
+        case lane, laneHoldsOnFailure, isHoldingLane
     }
 
     /// Decodes a record body with any `Decoder` (Foundation's property-list decoder reads one);
@@ -322,7 +366,10 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             repeatInterval: try container.decodeIfPresent(Double.self, forKey: .repeatInterval),
             repeatFlex: try container.decodeIfPresent(Double.self, forKey: .repeatFlex) ?? 0,
             periodTarget: try container.decodeIfPresent(Date.self, forKey: .periodTarget),
-            completedPeriods: try container.decodeIfPresent(Int.self, forKey: .completedPeriods) ?? 0
+            completedPeriods: try container.decodeIfPresent(Int.self, forKey: .completedPeriods) ?? 0,
+            lane: try container.decodeIfPresent(String.self, forKey: .lane),
+            laneHoldsOnFailure: try container.decodeIfPresent(Bool.self, forKey: .laneHoldsOnFailure) ?? false,
+            isHoldingLane: try container.decodeIfPresent(Bool.self, forKey: .isHoldingLane) ?? false
         )
         formatVersion = try container.decode(Int.self, forKey: .formatVersion)
     }
@@ -354,6 +401,9 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         try container.encode(repeatFlex, forKey: .repeatFlex)
         try container.encodeIfPresent(periodTarget, forKey: .periodTarget)
         try container.encode(completedPeriods, forKey: .completedPeriods)
+        try container.encodeIfPresent(lane, forKey: .lane)
+        if laneHoldsOnFailure { try container.encode(true, forKey: .laneHoldsOnFailure) }
+        if isHoldingLane { try container.encode(true, forKey: .isHoldingLane) }
     }
 
     /// Records are equal when every field is; ``formatVersion`` says how the record was read or
@@ -370,18 +420,25 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             && lhs.expiresAt == rhs.expiresAt && lhs.conditions == rhs.conditions
             && lhs.repeatInterval == rhs.repeatInterval && lhs.repeatFlex == rhs.repeatFlex
             && lhs.periodTarget == rhs.periodTarget && lhs.completedPeriods == rhs.completedPeriods
+            && lhs.lane == rhs.lane && lhs.laneHoldsOnFailure == rhs.laneHoldsOnFailure && lhs.isHoldingLane == rhs.isHoldingLane
     }
 
     /// The lowest format version that holds every field of the record, for a file of the
     /// one-file-per-record layout: 4 when it is periodic, 3 when it has an expiration date or
     /// conditions, 2 when it has prerequisites, a batch or a failed prerequisite, 1 otherwise.
-    /// (Version 5 holds every record too; the journal writes it.)
+    /// (Version 5 holds every record too; the journal writes it.) A record in a lane needs
+    /// version 6, which no one-file-per-record reader knows.
     package var requiredFormatVersion: Int {
+        if lane != nil { return 6 }
         if repeatInterval != nil { return 4 }
         if expiresAt != nil || !conditions.isEmpty { return 3 }
         return prerequisites.isEmpty && batchID == nil && failedPrerequisite == nil ? 1 : 2
     }
 
+
+    /// The format version the journal writes the record in: 6 for a record in a lane, 5 for
+    /// every other (so that a reader of version 5 still reads the records that do not need 6).
+    package var journalFormatVersion: Int { lane != nil ? 6 : 5 }
 
     /// When the operation may next start: the later of its not-before and next-attempt
     /// dates, `nil` when it may start now.

@@ -59,7 +59,7 @@ package enum RecordFormat {
     ///   `maximumSize`, ``PersistenceError/Code/payloadDoesNotRoundTrip`` when a field would
     ///   not read back equal.
     /// - Parameter formatVersion: the format version to write: the journal writes
-    ///   ``OperationRecord/currentFormatVersion``; `nil` (the default), for a file of the
+    ///   ``OperationRecord/journalFormatVersion``; `nil` (the default), for a file of the
     ///   one-file-per-record layout, writes the record's
     ///   ``OperationRecord/requiredFormatVersion``, the lowest version that holds it, whatever
     ///   its ``OperationRecord/formatVersion`` says.

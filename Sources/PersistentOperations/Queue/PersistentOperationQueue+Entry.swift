@@ -37,7 +37,8 @@ extension PersistentOperationQueue {
             case running(AttemptSlot?)
             /// A `RetryingOperation` between attempts.
             case waitingToRetry
-            /// Waiting for prerequisites to succeed: in no timer, heap or slot.
+            /// Waiting for prerequisites to succeed, or for its turn in its lane: in no timer,
+            /// heap or slot.
             case blocked
             /// Due, but a run condition does not hold: in `State.conditionWaiters` under
             /// `parkedUnder`, in no timer, heap or slot (see `+Conditions`).
@@ -73,6 +74,8 @@ extension PersistentOperationQueue {
         var isCancelRequested = false
         /// Prerequisites that have not succeeded yet; the entry is `blocked` while any remain.
         var remainingPrerequisites = 0
+        /// In a lane, not its turn yet; the entry is `blocked` until it is (see `+Lanes`).
+        var waitsForLane = false
         /// Set once the operation's end is being processed; a dependent linked to it from then
         /// on follows it at once.
         var ending: Ending?
@@ -178,7 +181,7 @@ extension PersistentOperationQueue {
             case .ready, .queued: return pendingAdmission == nil ? .queued : .waitingToRetry
             case .running: return .running
             case .waitingToRetry: return .waitingToRetry
-            case .blocked: return .waitingForPrerequisites
+            case .blocked: return remainingPrerequisites == 0 && waitsForLane ? .waitingForLane : .waitingForPrerequisites
             case .waitingForConditions: return .waitingForConditions
             }
         }

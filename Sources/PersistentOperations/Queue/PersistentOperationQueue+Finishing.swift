@@ -85,6 +85,7 @@ extension PersistentOperationQueue {
             var unblocked: [(id: String, due: Date?)] = []
             var emptyBatch: String?
             var released: [Operation] = []
+            var laneHeld: (lane: String, by: String)?
         }
         let forgotten = state.withLock { state -> Forgotten? in
             guard let entry = state.entries.removeValue(forKey: id) else { return nil }
@@ -102,7 +103,7 @@ extension PersistentOperationQueue {
                 // Only a success leaves dependents here (a failure or cancellation took them).
                 guard var waiting = state.entries[dependent], waiting.ending == nil, case .blocked = waiting.phase else { continue }
                 waiting.remainingPrerequisites -= 1
-                if waiting.remainingPrerequisites == 0 {
+                if waiting.remainingPrerequisites == 0, !waiting.waitsForLane {
                     waiting.phase = .scheduled(nil)
                     forgotten.unblocked.append((dependent, waiting.record.dueDate))
                 }
@@ -117,6 +118,11 @@ extension PersistentOperationQueue {
                 }
             }
             state.seriesBetweenPeriods.remove(id)
+            if entry.record.lane != nil {
+                let change = leaveLane(entry, ending: ending ?? entry.ending, in: &state)
+                forgotten.unblocked += change.unblocked
+                forgotten.laneHeld = change.held
+            }
             forgotten.waiters = takeEmptyWaitersIfIdle(in: &state)
             return forgotten
         }
@@ -124,6 +130,9 @@ extension PersistentOperationQueue {
         finishDetaching(id, forgotten.detached)
         if let batch = forgotten.emptyBatch {
             store.removeBatchMarker(batch)
+        }
+        if let held = forgotten.laneHeld {
+            hub.emit(.laneHeld(lane: held.lane, by: PersistentOperationID(record: held.by)))
         }
         for (dependent, due) in forgotten.unblocked {
             hub.emit(.unblocked(PersistentOperationID(record: dependent)))
@@ -261,6 +270,12 @@ extension PersistentOperationQueue {
     /// Moves a tracked entry's record to the failed area, with its stored payload (see
     /// ``withStoredPayload(_:)``).
     func moveTrackedRecordToFailed(_ record: OperationRecord, reason: String) throws {
+        var record = record
+        // The current operation of a lane that holds on a failure: saved as holding it, so
+        // that the lane still holds after a relaunch (see `+Lanes`).
+        if record.laneHoldsOnFailure, let lane = record.lane, state.withLock({ $0.lanes[lane]?.current == record.id }) {
+            record.isHoldingLane = true
+        }
         _ = try store.moveToFailed(try withStoredPayload(record), reason: reason)
     }
 

@@ -142,20 +142,26 @@ extension PersistentOperationQueue {
         record.prerequisites.filter { state.entries[$0] != nil }.map(PersistentOperationID.init(record:))
     }
 
-    /// Schedules a newly linked entry, or reports it blocked, or abandons it when a
+    /// Schedules a newly linked entry (and put in its lane), or reports it blocked or waiting
+    /// for its turn (`laneAhead`: the members of its lane before it), or abandons it when a
     /// prerequisite has already ended (`ended`, from ``link(_:to:holdingFrom:in:)``).
-    func scheduleLinked(_ id: String, due: Date?, ended: (id: String, ending: Entry.Ending)?) {
+    func scheduleLinked(_ id: String, due: Date?, ended: (id: String, ending: Entry.Ending)?, laneAhead: Int? = nil) {
         if let ended {
             abandon([id], because: ended.id, ending: ended.ending)
             return
         }
-        let blockedOn = state.withLock { state -> [PersistentOperationID]? in
+        enum Waits { case prerequisites([PersistentOperationID]), lane(String) }
+        let waits = state.withLock { state -> Waits? in
             guard let entry = state.entries[id], case .blocked = entry.phase else { return nil }
-            return unfinishedPrerequisites(of: entry.record, in: state)
+            if entry.remainingPrerequisites == 0, entry.waitsForLane, let lane = entry.record.lane { return .lane(lane) }
+            return .prerequisites(unfinishedPrerequisites(of: entry.record, in: state))
         }
-        if let blockedOn {
+        switch waits {
+        case .prerequisites(let blockedOn)?:
             hub.emit(.blocked(PersistentOperationID(record: id), prerequisites: blockedOn))
-        } else {
+        case .lane(let lane)?:
+            hub.emit(.waitingForLane(PersistentOperationID(record: id), lane: lane, ahead: laneAhead ?? 0))
+        case nil:
             schedule(id, due: due)
         }
     }

@@ -195,22 +195,48 @@ extension PersistentOperationQueue {
             hub.emit(contentsOf: restored.map { .restored(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) })
         }
         hub.emit(contentsOf: report.unknownConditions.map { .unknownConditions($0.id, conditions: $0.conditions) })
+        // Lanes: the failed records that hold theirs, and the restored records in enqueue order
+        // within each lane (not run order: within a lane, order wins over priority).
+        let laneMembers = restored.indices.filter { restored[$0].lane != nil }
+            .sorted { restored[$0].order.enqueueSequence < restored[$1].order.enqueueSequence }
+        var laneHolders: [(id: String, lane: String)] = []
+        if !laneMembers.isEmpty || state.withLock({ !$0.lanes.isEmpty }) {
+            do {
+                laneHolders = try storedLaneHolders()
+            } catch {
+                reportStoreError(nil, "could not read which failed records hold their lanes; those lanes move on: \(error)")
+            }
+        }
         // Every restored entry exists before any is linked, so prerequisites among them are found.
-        let ended = state.withLock { state in
+        let (ended, laneTurns, positionsInLanes) = state.withLock { state -> ([(id: String, ending: Entry.Ending)?], [(id: String, due: Date?)], [String: Int]) in
             state.isolation += isolated
             state.isolationAfterOthers += isolatedAfterOthers
-            return restored.map { link($0.id, to: $0.prerequisites, in: &state) }
+            let ended = restored.map { link($0.id, to: $0.prerequisites, in: &state) }
+            state.hasRestored = true
+            state.storedLanes = nil
+            guard !laneMembers.isEmpty || !state.lanes.isEmpty else { return (ended, [], [:]) }
+            holdLanes(laneHolders, in: &state)
+            for index in laneMembers { joinLane(restored[index].id, in: &state) }
+            // Adds made before this restore into lanes of stored records waited for them.
+            let turns = advanceFreeLanes(in: &state)
+            let positions = lanePositions(of: Set(laneMembers.compactMap { restored[$0].lane }), in: state)
+            return (ended, turns, positions)
         }
-        state.withLock { $0.hasRestored = true }
         // The suspects of kills are scheduled last, in the order they run alone: due at once,
         // they wait for the others, and the first one due runs once nothing else is. (By
         // position in `restored`: no second copy of what a large restore holds.)
         func schedule(_ index: Int) {
-            scheduleLinked(restored[index].id, due: restored[index].due, ended: ended[index])
+            scheduleLinked(restored[index].id, due: restored[index].due, ended: ended[index], laneAhead: positionsInLanes[restored[index].id])
             if let expiresAt = restored[index].expiresAt { armExpiry(of: restored[index].id, at: expiresAt) }
         }
         for index in restored.indices where !restored[index].runsAloneAfterOthers {
             schedule(index)
+        }
+        if !laneTurns.isEmpty {
+            // The turns that came to entries added before this restore (the restored ones
+            // are scheduled above).
+            let restoredIDs = Set(laneMembers.map { restored[$0].id })
+            scheduleUnblocked(laneTurns.filter { !restoredIDs.contains($0.id) })
         }
         if !isolatedAfterOthers.isEmpty {
             let afterOthers = Dictionary(uniqueKeysWithValues: restored.indices.filter { restored[$0].runsAloneAfterOthers }.map { (restored[$0].id, $0) })
@@ -241,8 +267,9 @@ extension PersistentOperationQueue {
             let runsAloneAfterOthers: Bool
             let expiresAt: Date?
             let conditions: [String]
+            let lane: String?
 
-            init(prerequisites: [String], crashes: Int, kills: Int, runsAlone: Bool, runsAloneAfterOthers: Bool, expiresAt: Date?, conditions: [String]) {
+            init(prerequisites: [String], crashes: Int, kills: Int, runsAlone: Bool, runsAloneAfterOthers: Bool, expiresAt: Date?, conditions: [String], lane: String?) {
                 self.prerequisites = prerequisites
                 self.crashes = crashes
                 self.kills = kills
@@ -250,21 +277,22 @@ extension PersistentOperationQueue {
                 self.runsAloneAfterOthers = runsAloneAfterOthers
                 self.expiresAt = expiresAt
                 self.conditions = conditions
+                self.lane = lane
             }
         }
 
         init(
             id: String, typeIdentifier: String, order: RunOrder, due: Date?, prerequisites: [String], crashes: Int = 0, kills: Int = 0,
-            runsAlone: Bool = false, runsAloneAfterOthers: Bool = false, expiresAt: Date? = nil, conditions: [String] = []
+            runsAlone: Bool = false, runsAloneAfterOthers: Bool = false, expiresAt: Date? = nil, conditions: [String] = [], lane: String? = nil
         ) {
             self.id = id
             self.typeIdentifier = typeIdentifier
             self.order = order
             self.due = due
-            if !prerequisites.isEmpty || crashes != 0 || kills != 0 || runsAlone || runsAloneAfterOthers || expiresAt != nil || !conditions.isEmpty {
+            if !prerequisites.isEmpty || crashes != 0 || kills != 0 || runsAlone || runsAloneAfterOthers || expiresAt != nil || !conditions.isEmpty || lane != nil {
                 rare = Rare(
                     prerequisites: prerequisites, crashes: crashes, kills: kills, runsAlone: runsAlone,
-                    runsAloneAfterOthers: runsAloneAfterOthers, expiresAt: expiresAt, conditions: conditions
+                    runsAloneAfterOthers: runsAloneAfterOthers, expiresAt: expiresAt, conditions: conditions, lane: lane
                 )
             }
         }
@@ -277,6 +305,8 @@ extension PersistentOperationQueue {
         var runsAloneAfterOthers: Bool { rare?.runsAloneAfterOthers ?? false }
         var expiresAt: Date? { rare?.expiresAt }
         var conditions: [String] { rare?.conditions ?? [] }
+        /// The ordered lane of the record, if any.
+        var lane: String? { rare?.lane }
     }
 
     /// Removes a record of a batch whose commit marker does not exist.
@@ -310,12 +340,12 @@ extension PersistentOperationQueue {
         }
         if let suspect, suspect.crashes >= configuration.crashLoopLimit {
             let reason = "it crashed the process \(suspect.crashes) times while its attempt ran alone (crash-loop limit \(configuration.crashLoopLimit))"
-            failRestored(record, suspect: suspect, reason: reason, what: "a crash-looping record", listedIn: \.movedToFailedAfterCrashes, report: &report)
+            failRestored(record, suspect: suspect, reason: reason, what: "a crash-looping record", listedIn: \.movedToFailedAfterCrashes, holdsLane: true, report: &report)
             return
         }
         if let suspect, suspect.kills >= configuration.crashLoopLimit {
             let reason = "the process was killed \(suspect.kills) times in a row while its attempt ran alone and the app was active (crash-loop limit \(configuration.crashLoopLimit))"
-            failRestored(record, suspect: suspect, reason: reason, what: "a record whose attempts get the process killed", listedIn: \.movedToFailedAfterCrashes, report: &report)
+            failRestored(record, suspect: suspect, reason: reason, what: "a record whose attempts get the process killed", listedIn: \.movedToFailedAfterCrashes, holdsLane: true, report: &report)
             return
         }
         if let expiresAt = record.expiresAt, expiresAt <= now {
@@ -333,19 +363,22 @@ extension PersistentOperationQueue {
             id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate,
             prerequisites: record.prerequisites, crashes: suspect?.crashes ?? 0, kills: suspect?.kills ?? 0,
             runsAlone: suspect?.runsAlone ?? false, runsAloneAfterOthers: suspect?.runsAloneAfterOthers ?? false,
-            expiresAt: record.expiresAt, conditions: record.conditions
+            expiresAt: record.expiresAt, conditions: record.conditions, lane: record.lane
         ))
     }
 
     /// Moves a restored record that must not run to the failed area with `reason` (with the
     /// attempts its suspect file counted, which goes), and lists it in `list` of the report.
+    /// `holdsLane`: it was its lane's current operation (its attempt was in flight), so it
+    /// holds the lane when it holds on a failure.
     private func failRestored(
         _ record: OperationRecord, suspect: CrashSuspect?, reason: String, lastError: String? = nil, what: String,
-        listedIn list: WritableKeyPath<RestoreReport, [PersistentOperationID]>, report: inout RestoreReport
+        listedIn list: WritableKeyPath<RestoreReport, [PersistentOperationID]>, holdsLane: Bool = false, report: inout RestoreReport
     ) {
         let id = PersistentOperationID(record: record.id)
         do {
             var failed = record
+            failed.isHoldingLane = holdsLane && record.lane != nil && record.laneHoldsOnFailure
             failed.attemptsInFlight = suspect?.interruptedAttempts ?? 0
             if let lastError { failed.lastErrorDescription = lastError }
             _ = try store.moveToFailed(failed, reason: reason)

@@ -17,7 +17,7 @@ extension PersistentOperationQueue {
         for item in added {
             attach(item.operation, id: item.record.id, expiresAt: item.record.expiresAt)
         }
-        let ended = state.withLock { state -> [(id: String, ending: Entry.Ending)?] in
+        let linked = state.withLock { state -> [(ended: (id: String, ending: Entry.Ending)?, lane: (waits: Bool, ahead: Int))] in
             for item in added {
                 // Its payload is in the store now: the entry keeps none (see `withStoredPayload`).
                 var record = item.record
@@ -28,10 +28,12 @@ extension PersistentOperationQueue {
                 state.idsByOperation[ObjectIdentifier(item.operation)] = item.record.id
                 if let batch = item.record.batchID { state.batchMembers[batch, default: 0] += 1 }
             }
-            return added.map { link($0.record.id, to: $0.record.prerequisites, holdingFrom: $0.liveIDs, in: &state) }
+            return added.map { item in
+                (link(item.record.id, to: item.record.prerequisites, holdingFrom: item.liveIDs, in: &state), joinLane(item.record.id, in: &state))
+            }
         }
-        for (item, ended) in zip(added, ended) {
-            scheduleLinked(item.record.id, due: item.record.dueDate, ended: ended)
+        for (item, linked) in zip(added, linked) {
+            scheduleLinked(item.record.id, due: item.record.dueDate, ended: linked.ended, laneAhead: linked.lane.ahead)
             if let expiresAt = item.record.expiresAt { armExpiry(of: item.record.id, at: expiresAt) }
         }
         let parkable = zip(added, mayPark).filter(\.1).map(\.0)

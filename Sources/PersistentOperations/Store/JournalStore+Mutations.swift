@@ -100,6 +100,7 @@ extension JournalStore {
         record.nextAttemptAt = nil
         record.attemptsInFlight = 0
         record.expiresAt = nil
+        record.isHoldingLane = false
         try commit(.put, [record], flushes: true) { state in
             guard state.index.entries[uuid]?.area == .failed else { throw self.notFound(id, in: .failed) }
         }
@@ -216,7 +217,7 @@ extension JournalStore {
     private func commit(_ kind: JournalFrame.Kind, _ records: [OperationRecord], flushes: Bool, check: (inout State) throws -> Void) throws {
         let ids = try records.map { try identifier($0.id) }
         let encoded = try records.map {
-            try RecordFormat.encode($0, maximumSize: configuration.maximumRecordSize, formatVersion: OperationRecord.currentFormatVersion)
+            try RecordFormat.encode($0, maximumSize: configuration.maximumRecordSize, formatVersion: $0.journalFormatVersion)
         }
         let frame = kind == .batch ? JournalFrame.batch(encoded) : JournalFrame(kind: kind, body: encoded[0])
         try append(frame, flushes: flushes, check: check) { state, segment, offset, size in

@@ -29,6 +29,7 @@ extension RecordStore {
         record.nextAttemptAt = nil
         record.attemptsInFlight = 0
         record.expiresAt = nil
+        record.isHoldingLane = false
         let bytes = try RecordFormat.encode(record, maximumSize: configuration.maximumRecordSize)
         try writeDurably(bytes, to: path, area: .failed)
         try move(id, from: .failed, to: .pending)
