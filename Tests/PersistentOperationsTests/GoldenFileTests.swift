@@ -152,6 +152,34 @@ struct GoldenFileTests {
         ),
     ]
 
+    /// The records the version 6 golden files were generated from (records in a lane): one in
+    /// a lane with nothing else set, and a failed one that holds its lane.
+    static let version6Records: [String: OperationRecord] = [
+        "v6-lane.record": OperationRecord(
+            id: "66666666-7777-4888-9999-AAAAAAAAAAAA",
+            typeIdentifier: "com.example.send-message",
+            payload: Data([0x62, 0x70, 0x6C, 0x69, 0x73, 0x74, 0x30, 0x30, 0x06]),
+            enqueueSequence: 61,
+            enqueuedAt: Date(timeIntervalSinceReferenceDate: 760_000_000.5),
+            lane: "chat:42"
+        ),
+        "v6-holding-lane.record": OperationRecord(
+            id: "6B6B6B6B-7C7C-4D8D-9E9E-AFAFAFAFAFAF",
+            typeIdentifier: "com.example.send-message",
+            payload: Data(repeating: 0x6F, count: 10),
+            priority: 4,
+            enqueueSequence: 62,
+            enqueuedAt: Date(timeIntervalSinceReferenceDate: 760_000_000),
+            tags: ["chat"],
+            numberOfAttempts: 1,
+            lastErrorDescription: "413 too large",
+            failureReason: "413 too large",
+            lane: "chat:7",
+            laneHoldsOnFailure: true,
+            isHoldingLane: true
+        ),
+    ]
+
     /// The payload the version 1 payload golden file holds.
     struct GoldenPayload: Codable, Equatable {
         var name: String
@@ -260,6 +288,16 @@ struct GoldenFileTests {
         #expect(try RecordFormat.encode(expected, formatVersion: 5) == golden)
     }
 
+    @Test(arguments: version6Records.keys.sorted())
+    func aVersion6GoldenFileDecodesToItsRecordAndIsWrittenTheSame(name: String) throws {
+        let golden = try Data(contentsOf: try Self.fixtureURL(name))
+        let expected = try #require(Self.version6Records[name])
+        let record = try RecordFormat.decode(golden)
+        #expect(record.formatVersion == 6 && record.lane != nil)
+        #expect(record == expected)
+        #expect(try RecordFormat.encode(expected, formatVersion: expected.journalFormatVersion) == golden)
+    }
+
     @Test func version5LeavesOutExactlyTheFieldsThatHoldTheirDefault() throws {
         func keys(_ file: Data) throws -> Set<String> {
             guard case .dictionary(let entries) = try BinaryPropertyListReader.value(from: file.dropFirst(RecordFormat.headerSize)) else {
@@ -362,6 +400,9 @@ struct GoldenFileTests {
         }
         for (name, record) in Self.version5Records where !FileManager.default.fileExists(atPath: fixtures.appendingPathComponent(name).path) {
             try RecordFormat.encode(record, formatVersion: 5).write(to: fixtures.appendingPathComponent(name))
+        }
+        for (name, record) in Self.version6Records where !FileManager.default.fileExists(atPath: fixtures.appendingPathComponent(name).path) {
+            try RecordFormat.encode(record, formatVersion: 6).write(to: fixtures.appendingPathComponent(name))
         }
         let payloadFile = fixtures.appendingPathComponent("v1-payload.bplist")
         if !FileManager.default.fileExists(atPath: payloadFile.path) {
