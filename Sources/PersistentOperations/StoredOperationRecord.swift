@@ -30,7 +30,11 @@ public struct StoredOperationRecord: Sendable, Hashable {
     /// (see ``attemptsInFlight``) and a running process holds the store — in a store no
     /// process holds, such an attempt was interrupted and the record is due again —,
     /// ``PersistentOperationInfo/State/waitingForPrerequisites`` while one of its
-    /// ``prerequisites`` is pending, ``PersistentOperationInfo/State/waitingToRetry`` until a
+    /// ``prerequisites`` is pending, ``PersistentOperationInfo/State/waitingForLane`` while a
+    /// record added before it to its ``lane`` is pending (in the whole list of
+    /// ``ReadOnlyPersistentStore/pendingRecords()``; a page of
+    /// ``ReadOnlyPersistentStore/pendingRecords(after:limit:)`` tells neither),
+    /// ``PersistentOperationInfo/State/waitingToRetry`` until a
     /// future ``nextAttemptAt``, ``PersistentOperationInfo/State/scheduled`` until a future
     /// ``notBefore``, otherwise ``PersistentOperationInfo/State/queued`` (due). `nil` for a
     /// failed record.
@@ -203,9 +207,27 @@ extension StoredOperationRecord {
         }
     }
 
+    /// Marks the pending records of a lane that come after its first (in enqueue order) as
+    /// waiting for their turn (a running one excepted: its attempt was in flight).
+    static func linkingLanes(of records: [StoredOperationRecord]) -> [StoredOperationRecord] {
+        guard records.contains(where: { $0.lane != nil }) else { return records }
+        var first: [String: UInt64] = [:]
+        for record in records {
+            if let lane = record.lane { first[lane] = min(first[lane] ?? .max, record.enqueueSequence) }
+        }
+        return records.map { record in
+            var record = record
+            if let lane = record.lane, record.state != .running, first[lane] != record.enqueueSequence {
+                record.state = .waitingForLane
+            }
+            return record
+        }
+    }
+
     /// Marks pending records waiting for a pending prerequisite, and lists each record's
     /// pending dependents.
     static func linkingGraph(of records: [StoredOperationRecord]) -> [StoredOperationRecord] {
+        let records = linkingLanes(of: records)
         guard records.contains(where: { !$0.prerequisites.isEmpty }) else { return records }
         let pending = Set(records.map(\.id))
         var dependents: [PersistentOperationID: [PersistentOperationID]] = [:]

@@ -124,7 +124,9 @@ enum RecordPresentation {
     }
 
     /// Every field of the record, and its payload decoded generically (see ``payload(of:)``).
-    static func details(of record: StoredOperationRecord) -> JSONValue {
+    /// `lanePosition`: for a pending record in a lane, how many of the lane's pending records
+    /// come before it (0: it is the lane's current operation).
+    static func details(of record: StoredOperationRecord, lanePosition: Int? = nil) -> JSONValue {
         .object([
             ("id", .string(record.id.rawValue)),
             ("area", .string(record.area.rawValue)),
@@ -152,6 +154,7 @@ enum RecordPresentation {
             ("lastError", .string(record.lastErrorDescription)),
             ("failureReason", .string(record.failureReason)),
         ] + periodicFields(of: record) + [
+            ("lanePosition", lanePosition.map { .integer(Int64($0)) } ?? .null),
             ("payloadBytes", .integer(Int64(record.payload.count))),
             ("payload", payload(of: record)),
         ])

@@ -69,7 +69,12 @@ extension StoreInspector {
         guard let (record, _) = try findRecord(id, in: areas, identifier: \.id.rawValue) else {
             throw InspectorError.failure("no pending or failed record has the identifier \(id) in \(store.path)")
         }
-        let details = RecordPresentation.details(of: record)
+        // In a lane: the pending records of the lane added before it (the lane runs in
+        // enqueue order).
+        let lanePosition = record.area == .pending ? record.lane.map { lane in
+            areas[0].records.filter { $0.lane == lane && $0.enqueueSequence < record.enqueueSequence }.count
+        } : nil
+        let details = RecordPresentation.details(of: record, lanePosition: lanePosition)
         if json {
             print(details.rendered(pretty: true))
         } else if case .object(let members) = details {

@@ -302,6 +302,40 @@ struct StoreInspectorTests {
         #expect(table.output.contains("waitingForPrerequisites"))
     }
 
+    @Test func listAndShowTellEachRecordsLaneAndItsPlaceInIt() async throws {
+        // Given three stored records of one lane and a failed one holding another
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        var lane: [OperationRecord] = []
+        for index in 1...3 {
+            var record = try makeRecord(index: index)
+            record.lane = "chat:1"
+            try store.add(record)
+            lane.append(record)
+        }
+        var holder = try makeRecord(index: 4)
+        holder.lane = "chat:2"
+        holder.laneHoldsOnFailure = true
+        holder.isHoldingLane = true
+        try store.add(holder)
+        _ = try store.moveToFailed(holder, reason: "413 too large")
+        store.close()
+        // When the inspector lists and shows them
+        let list = try await Self.inspect("list", directory.store.path, "--json")
+        let third = try await Self.inspect("show", directory.store.path, lane[2].id, "--json")
+        let first = try await Self.inspect("show", directory.store.path, lane[0].id)
+        let failed = try await Self.inspect("show", directory.store.path, holder.id, "--json")
+        // Then the first is due and the others wait for their turn, each with its place
+        let pending = try #require(try list.json()["pending"] as? [[String: Any]])
+        #expect(pending.map { $0["lane"] as? String } == ["chat:1", "chat:1", "chat:1"])
+        #expect(pending.map { $0["state"] as? String } == ["queued", "waitingForLane", "waitingForLane"])
+        #expect(try third.json()["lanePosition"] as? Int == 2)
+        #expect(try third.json()["formatVersion"] as? Int == 6)
+        #expect(Self.squeezedLines(first.output).contains("lanePosition: 0"))
+        #expect(try failed.json()["isHoldingLane"] as? Bool == true)
+        #expect(try failed.json()["holdsLaneOnFailure"] as? Bool == true)
+    }
+
     @Test func showTellsTheCrashesOnFileAndWhetherTheNextAttemptRunsAlone() async throws {
         // Given a store whose last launch crashed with one attempt in flight (its marker, and
         // the line the crash-signal handler writes), opened again, and another record not in flight
