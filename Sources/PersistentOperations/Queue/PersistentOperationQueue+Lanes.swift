@@ -82,7 +82,8 @@ extension PersistentOperationQueue {
     @discardableResult
     func joinLane(_ id: String, in state: inout State) -> (waits: Bool, ahead: Int) {
         guard var entry = state.entries[id], let name = entry.record.lane else { return (false, 0) }
-        var lane = state.lanes[name] ?? Lane()
+        // Taken out of the table while it changes, so that its members are not copied.
+        var lane = state.lanes.removeValue(forKey: name) ?? Lane()
         defer { state.lanes[name] = lane }
         if lane.holder == id, lane.current == nil {
             // The record that held the lane, re-queued: its turn again, before the others.
@@ -119,8 +120,10 @@ extension PersistentOperationQueue {
     /// when it was the current entry, the next one's turn comes (or, when it failed for good
     /// holding the lane, the lane holds).
     func leaveLane(_ entry: Entry, ending: Entry.Ending?, in state: inout State) -> LaneChange {
-        guard let name = entry.record.lane, var lane = state.lanes[name] else { return LaneChange() }
+        guard let name = entry.record.lane, state.lanes[name] != nil else { return LaneChange() }
         let id = entry.record.id
+        guard entry.waitsForLane || state.lanes[name]?.current == id else { return LaneChange() }
+        var lane = state.lanes.removeValue(forKey: name)!
         var change = LaneChange()
         if entry.waitsForLane {
             lane.waitingCount -= 1
@@ -133,8 +136,6 @@ extension PersistentOperationQueue {
                 state.heldLaneWaiters += lane.waitingCount
                 change.held = (name, id)
             }
-        } else {
-            return change
         }
         change.unblocked = advance(&lane, named: name, in: &state)
         state.lanes[name] = lane.isUnused ? nil : lane
@@ -168,8 +169,8 @@ extension PersistentOperationQueue {
     /// already re-queued are left out.
     func holdLanes(_ holders: [(id: String, lane: String)], in state: inout State) {
         for holder in holders where state.entries[holder.id] == nil && state.laneHolders[holder.id] == nil {
-            var lane = state.lanes[holder.lane] ?? Lane()
-            guard lane.holder == nil, lane.current == nil else { continue }
+            guard state.lanes[holder.lane].map({ $0.holder == nil && $0.current == nil }) ?? true else { continue }
+            var lane = state.lanes.removeValue(forKey: holder.lane) ?? Lane()
             lane.holder = holder.id
             state.laneHolders[holder.id] = holder.lane
             state.heldLaneWaiters += lane.waitingCount
@@ -182,7 +183,8 @@ extension PersistentOperationQueue {
     func advanceFreeLanes(in state: inout State) -> [(id: String, due: Date?)] {
         var unblocked: [(id: String, due: Date?)] = []
         for name in Array(state.lanes.keys) {
-            guard var lane = state.lanes[name], lane.current == nil, lane.holder == nil else { continue }
+            guard let free = state.lanes[name].map({ $0.current == nil && $0.holder == nil }), free else { continue }
+            var lane = state.lanes.removeValue(forKey: name)!
             unblocked += advance(&lane, named: name, in: &state)
             state.lanes[name] = lane.isUnused ? nil : lane
         }
@@ -191,7 +193,8 @@ extension PersistentOperationQueue {
 
     /// Under the lock: the failed record `id` was purged; the lane it held, if any, moves on.
     func releaseLane(heldBy id: String, in state: inout State) -> [(id: String, due: Date?)] {
-        guard let name = state.laneHolders.removeValue(forKey: id), var lane = state.lanes[name], lane.holder == id else { return [] }
+        guard let name = state.laneHolders.removeValue(forKey: id), state.lanes[name]?.holder == id else { return [] }
+        var lane = state.lanes.removeValue(forKey: name)!
         lane.holder = nil
         state.heldLaneWaiters -= lane.waitingCount
         let unblocked = advance(&lane, named: name, in: &state)
