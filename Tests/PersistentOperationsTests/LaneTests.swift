@@ -206,6 +206,27 @@ struct LaneTests {
         #expect(try fixture.pendingRecords().isEmpty)
     }
 
+    @Test func aLaneOf10000OperationsRunsInLinearTime() async throws {
+        // Given lanes of 1,000 and 10,000 plain operations, added in batches to a suspended queue
+        func runLane(_ length: Int) async throws -> TimeInterval {
+            let fixture = try QueueFixture(maxConcurrent: 4, suspended: true)
+            let start = Date()
+            for batch in stride(from: 0, to: length, by: 1_000) {
+                try fixture.queue.addOperations((batch..<min(batch + 1_000, length)).map { fixture.note("n\($0)") }, options: EnqueueOptions(lane: "long"))
+            }
+            fixture.queue.isSuspended = false
+            await fixture.queue.allOperationsFinished()
+            let elapsed = Date().timeIntervalSince(start)
+            #expect(fixture.lines == (0..<length).map { "n\($0) ran" })
+            return elapsed
+        }
+        let short = try await runLane(1_000)
+        let long = try await runLane(10_000)
+        // Then ten times the lane takes about ten times as long, not a hundred
+        print("lane of 1,000: \(short) s; lane of 10,000: \(long) s; ratio \(long / short)")
+        #expect(long / short < 30)
+    }
+
     @Test func anOperationWhoseTurnHasComeStillWaitsForItsPrerequisites() async throws {
         // Given a photo that retries once, outside any lane, and two messages of a lane, the
         // first of which waits for the photo
