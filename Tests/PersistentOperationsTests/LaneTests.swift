@@ -2,6 +2,12 @@ import Foundation
 import Testing
 @testable import PersistentOperations
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 @Suite("Persistent queue: ordered lanes", .timeLimit(.minutes(1)))
 struct LaneTests {
     /// The names of the operations that started a first attempt, in order.
@@ -249,6 +255,60 @@ struct LaneTests {
         fixture.clock.advance(by: 10)
         await fixture.queue.allOperationsFinished()
         #expect(firstAttempts(fixture) == ["photo", "message", "later"])
+    }
+
+    @Test(arguments: [false, true])
+    func anOperationMovedAsideAfterCrashingTheProcessEndsItsTurnOrHoldsItsLane(holds: Bool) async throws {
+        // Given a lane whose first operation crashes the process at every attempt
+        var fixture = try QueueFixture(maxConcurrent: 4)
+        let lane = EnqueueOptions(lane: "chat:1", holdsLaneOnFailure: holds)
+        try fixture.queue.addOperation(fixture.upload("poison", [.hang]), options: lane)
+        try fixture.queue.addOperation(fixture.upload("next"), options: lane)
+        // When it crashes launch after launch, until crash-loop protection moves it aside
+        var report = RestoreReport()
+        for launch in 1...6 {
+            #expect(try await eventually { fixture.lines.count == launch })
+            fixture.queue.close()
+            try fixture.directory.noteCrash(signal: SIGSEGV)
+            fixture = try QueueFixture(maxConcurrent: 4, directory: fixture.directory, journal: fixture.journal)
+            report = try fixture.queue.restore()
+            if !report.movedToFailedAfterCrashes.isEmpty { break }
+        }
+        #expect(report.movedToFailedAfterCrashes.count == 1)
+        #expect(fixture.lines.allSatisfy { $0.hasPrefix("poison#") })
+        await fixture.queue.allOperationsFinished()
+
+        // Then the next one of the lane runs, or, when the lane holds on a failure, waits until
+        // the poison is purged
+        if holds {
+            #expect(fixture.queue.operations().map(\.state) == [.waitingForLane])
+            #expect(try fixture.failedRecords().first?.isHoldingLane == true)
+            let failed = try #require(try fixture.queue.failedOperations().first)
+            try fixture.queue.purgeFailedOperation(withID: failed.id)
+            await fixture.queue.allOperationsFinished()
+        }
+        #expect(fixture.lines.last == "next#1 retry=false retries=0")
+        #expect(try fixture.pendingRecords().isEmpty)
+    }
+
+    @Test func aReplacingAddLeavesTheLaneOfTheOperationItReplacesAndJoinsItsLaneAtTheEnd() async throws {
+        // Given a lane: one that hangs, a draft with a unique key, and one more
+        let fixture = try QueueFixture(maxConcurrent: 4)
+        let lane = EnqueueOptions(lane: "chat:1")
+        let hanging = try fixture.queue.addOperation(fixture.upload("hanging", [.hang]), options: lane).id
+        var keyed = lane
+        keyed.uniqueKey = "draft"
+        keyed.ifUniqueKeyExists = .replaceExisting
+        try fixture.queue.addOperation(fixture.upload("draft-1"), options: keyed)
+        try fixture.queue.addOperation(fixture.upload("other"), options: lane)
+        // When the draft is replaced while it waits, and the hanging one is cancelled
+        let result = try fixture.queue.addOperation(fixture.upload("draft-2"), options: keyed)
+        #expect(result.disposition != .added)
+        #expect(try await eventually { fixture.queue.operations().count == 3 })
+        #expect(fixture.queue.cancelOperation(withID: hanging))
+        await fixture.queue.allOperationsFinished()
+        // Then the replaced draft never ran, and the new one ran last, in its place at the end
+        #expect(firstAttempts(fixture) == ["hanging", "other", "draft-2"])
     }
 
     @Test func optionsALaneCannotTakeAreRefusedWithAClearError() throws {
