@@ -242,8 +242,30 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// queue.register(SyncOperation.self)
     /// ```
     public func register<Op: PersistentOperation>(_ type: Op.Type) {
+        register(type) { Op(payload: $0) }
+    }
+
+    /// Registers an operation type whose operations this queue builds with `factory`, not
+    /// `init(payload:)`, whenever it builds one from a stored payload: after ``restore()``,
+    /// for a re-queued failed record, for each period of a periodic operation, and for a
+    /// waiting operation your app no longer holds (see ``EnqueueOptions/keepsOperationAlive``).
+    ///
+    /// Use it to give restored operations what their payload cannot hold — a server client,
+    /// a token store, a database — without globals (WorkManager's `WorkerFactory`). The
+    /// factory is called on a queue thread, without any of the queue's locks held, and must
+    /// return an operation that is not started, not yet added anywhere, and has no
+    /// dependencies. Registering the same identifier again replaces the earlier registration.
+    ///
+    /// ```swift
+    /// let api = APIClient(baseURL: serverURL)
+    /// queue.register(UploadOperation.self) { payload in
+    ///     UploadOperation(payload: payload, client: api)
+    /// }
+    /// try queue.restore()
+    /// ```
+    public func register<Op: PersistentOperation>(_ type: Op.Type, factory: @escaping @Sendable (Op.Payload) -> Op) {
         let registered = RegisteredType(
-            makeOperation: { data in Op(payload: try RecordFormat.decodePayload(Op.Payload.self, from: data)) },
+            makeOperation: { data in factory(try RecordFormat.decodePayload(Op.Payload.self, from: data)) },
             checkPayload: { data in _ = try RecordFormat.decodePayload(Op.Payload.self, from: data) }
         )
         state.withLock { $0.registry[Op.persistenceIdentifier] = registered }

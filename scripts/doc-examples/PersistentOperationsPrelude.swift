@@ -19,8 +19,29 @@ final class UploadOperation: RetryingOperation, PersistentOperation, @unchecked 
     static let persistenceIdentifier = "com.example.upload"
     let payload: Upload
     init(payload: Upload) { self.payload = payload; super.init() }
+    init(payload: Upload, client: APIClient) { self.payload = payload; super.init() }
     override var isAsynchronous: Bool { true }
 }
+
+/// A service the app's operations use, which a registered factory passes in.
+final class APIClient: Sendable {
+    init(baseURL: URL) {}
+}
+var serverURL: URL { URL(string: "https://api.example.com")! }
+
+struct Message: Codable, Sendable {
+    var chatID: Int
+    var text: String
+}
+
+final class SendMessage: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "com.example.send-message"
+    let payload: Message
+    init(payload: Message) { self.payload = payload; super.init() }
+    override var isAsynchronous: Bool { true }
+}
+var message: Message { Message(chatID: 42, text: "Hi") }
+var drafts: [Message] { [message] }
 
 struct Sync: Codable, Sendable { var since: Date? }
 
