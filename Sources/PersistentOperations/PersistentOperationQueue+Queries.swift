@@ -57,6 +57,41 @@ extension PersistentOperationQueue {
         snapshot { $0.record.tags.contains(tag) }
     }
 
+    /// The unfinished operations of `lane` (``EnqueueOptions/lane``), in lane order: the
+    /// lane's current operation first (``PersistentOperationInfo/lanePosition`` 0), then the
+    /// ones waiting for their turn.
+    ///
+    /// ```swift
+    /// let outgoing = queue.operations(inLane: "chat:42")
+    /// ```
+    public func operations(inLane lane: String) -> [PersistentOperationInfo] {
+        snapshot(inEnqueueOrder: true) { $0.record.lane == lane }
+    }
+
+    /// How many unfinished operations carry `tag`, without building any of them (a restored
+    /// operation is built only when it runs or a query like ``operations(taggedWith:)`` asks
+    /// for it).
+    ///
+    /// ```swift
+    /// badge.value = queue.numberOfOperations(taggedWith: "chat:42")
+    /// ```
+    public func numberOfOperations(taggedWith tag: String) -> Int {
+        state.withLock { state in state.entries.values.reduce(0) { $0 + ($1.record.tags.contains(tag) ? 1 : 0) } }
+    }
+
+    /// How many unfinished operations `lane` holds (its current one included), without
+    /// building any of them.
+    ///
+    /// ```swift
+    /// let unsent = queue.numberOfOperations(inLane: "chat:42")
+    /// ```
+    public func numberOfOperations(inLane lane: String) -> Int {
+        state.withLock { state in
+            guard let entry = state.lanes[lane] else { return 0 }
+            return entry.waitingCount + (entry.current == nil ? 0 : 1)
+        }
+    }
+
     /// The unfinished operations of type `type`, in run order.
     ///
     /// ```swift
@@ -142,7 +177,9 @@ extension PersistentOperationQueue {
         return counts
     }
 
-    private func snapshot(where isIncluded: (Entry) -> Bool) -> [PersistentOperationInfo] {
+    /// Snapshots of the entries `isIncluded` accepts, in run order (or, `inEnqueueOrder`, in
+    /// the order they were added: a lane's order).
+    private func snapshot(inEnqueueOrder: Bool = false, where isIncluded: (Entry) -> Bool) -> [PersistentOperationInfo] {
         let (entries, graph, positions) = state.withLock { state -> ([Entry], [String: (unfinished: [PersistentOperationID], dependents: [PersistentOperationID])], [String: Int]) in
             let entries = state.entries.values.filter(isIncluded)
             var graph: [String: (unfinished: [PersistentOperationID], dependents: [PersistentOperationID])] = [:]
@@ -154,7 +191,7 @@ extension PersistentOperationQueue {
             return (entries, graph, lanes.isEmpty ? [:] : lanePositions(of: lanes, in: state))
         }
         return entries
-            .sorted { OperationRecord.runsBefore($0.record, $1.record) }
+            .sorted { inEnqueueOrder ? $0.record.enqueueSequence < $1.record.enqueueSequence : OperationRecord.runsBefore($0.record, $1.record) }
             .compactMap { entry in
                 let record = entry.record
                 // A restored operation not built yet is built now; one that cannot be is
