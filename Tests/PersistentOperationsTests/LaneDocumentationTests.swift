@@ -94,22 +94,22 @@ struct LaneDocumentationTests {
         queue.register(PersistentUpload.self)
         try queue.restore()
         // snippet: cancel-message
-        let tag = "message:42-18"                  // one tag per message, on it and its video
-        let video = PersistentUpload(payload: Upload(file: "MOV_4218.mov", album: 42))
-        let message = SendMessage(payload: Message(chatID: 42, text: "Watch this"))
+        let tag = "message:43-18"                  // one tag per message, on it and its video
+        let video = PersistentUpload(payload: Upload(file: "MOV_4318.mov", album: 43))
+        let message = SendMessage(payload: Message(chatID: 43, text: "Watch this"))
         message.addDependency(video)
         try queue.addOperation(video, options: EnqueueOptions(tags: [tag]))
-        try queue.addOperation(message, options: EnqueueOptions(tags: [tag], lane: "chat:42"))
+        try queue.addOperation(message, options: EnqueueOptions(tags: [tag], lane: "chat:43"))
         // end snippet
-        try queue.addOperation(SendMessage(payload: Message(chatID: 42, text: "Never mind")), options: EnqueueOptions(lane: "chat:42"))
+        try queue.addOperation(SendMessage(payload: Message(chatID: 43, text: "Never mind")), options: EnqueueOptions(lane: "chat:43"))
         // snippet: cancel-message-delete
         queue.cancelOperations(taggedWith: tag)    // the user deleted it: the message and its video
         // end snippet
         operationQueue.isSuspended = false
         await queue.allOperationsFinished()
         let received = ChatServer.received.withLock { $0 }
-        #expect(received.contains("42: Never mind") && !received.contains("42: Watch this"))
-        #expect(!DocumentationServer.uploaded.withLock { $0.contains("MOV_4218.mov") })
+        #expect(received.contains("43: Never mind") && !received.contains("43: Watch this"))
+        #expect(!DocumentationServer.uploaded.withLock { $0.contains("MOV_4318.mov") })
     }
 
     @Test func aLaneThatHoldsOnAFailureMovesOnOnceTheFailureIsPurged() async throws {
