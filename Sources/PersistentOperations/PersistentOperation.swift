@@ -68,4 +68,88 @@ public protocol PersistentOperation: Operation {
 
     /// Rebuilds an operation from its saved payload.
     init(payload: Payload)
+
+    /// The version of ``Payload``'s stored form, saved with each record. Default: 1.
+    ///
+    /// Raise it when a change to ``Payload`` makes the payloads stored by earlier versions of
+    /// your app no longer decode — a field added without a default, a field whose type
+    /// changed — and implement ``migratePayload(_:)`` to read them. Changes that still decode
+    /// (an optional field added, a field removed) need no new version. See "Changing a
+    /// payload type" in <doc:ResumingAfterACrash>.
+    static var payloadVersion: Int { get }
+
+    /// Reads a payload stored with an earlier ``payloadVersion``, when the queue rebuilds an
+    /// operation from it. The default decodes it as the current ``Payload``.
+    ///
+    /// Decode the stored bytes as the type you stored them with (keep it, renamed, for this),
+    /// and convert:
+    ///
+    /// ```swift
+    /// struct UploadV1: Codable { var file: URL }   // what version 1 stored
+    /// struct AlbumUpload: Codable, Sendable {       // version 2 added `album`
+    ///     var file: URL
+    ///     var album: Int
+    /// }
+    ///
+    /// final class MigratingUpload: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    ///     static let persistenceIdentifier = "com.example.album-upload"
+    ///     static var payloadVersion: Int { 2 }
+    ///     let payload: AlbumUpload
+    ///
+    ///     init(payload: AlbumUpload) {
+    ///         self.payload = payload
+    ///         super.init()
+    ///     }
+    ///
+    ///     static func migratePayload(_ stored: StoredPayload) throws -> AlbumUpload {
+    ///         let old = try stored.decode(UploadV1.self)
+    ///         return AlbumUpload(file: old.file, album: 0)
+    ///     }
+    ///
+    ///     override var isAsynchronous: Bool { true }
+    /// }
+    /// ```
+    ///
+    /// A payload this throws for is quarantined as one that does not decode, as any payload
+    /// that does not decode is. A record stored with a *later* version than ``payloadVersion``
+    /// (by a newer build of the app) is not read at all: ``PersistentOperationQueue/restore()``
+    /// leaves it on disk and lists it in ``RestoreReport/newerFormatVersions``.
+    static func migratePayload(_ stored: StoredPayload) throws -> Payload
+}
+
+extension PersistentOperation {
+    /// Version 1: a type that never changed its payload in a way that breaks decoding.
+    public static var payloadVersion: Int { 1 }
+
+    /// Decodes the stored payload as the current ``Payload``.
+    public static func migratePayload(_ stored: StoredPayload) throws -> Payload {
+        try stored.decode(Payload.self)
+    }
+}
+
+/// A payload as an earlier version of the app stored it, for
+/// ``PersistentOperation/migratePayload(_:)``.
+///
+/// ```swift
+/// let old = try stored.decode(UploadV1.self)   // the type version 1 stored
+/// ```
+public struct StoredPayload: Sendable {
+    /// The ``PersistentOperation/payloadVersion`` it was stored with.
+    public let version: Int
+    /// The stored bytes (a binary property list).
+    let data: Data
+
+    init(version: Int, data: Data) {
+        self.version = version
+        self.data = data
+    }
+
+    /// Decodes the stored bytes as `type`, as ``PersistentOperationQueue`` decodes a payload
+    /// (the bytes are verified before any decoder sees them).
+    ///
+    /// - Throws: ``PersistenceError/Code/corruptRecord`` for bytes that are not a valid
+    ///   property list, and the decoding errors of `type`.
+    public func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        try RecordFormat.decodePayload(T.self, from: data)
+    }
 }

@@ -104,6 +104,7 @@ extension PersistentOperationQueue {
         for (index, operation) in operations.enumerated() {
             records.append(makeRecord(
                 id: ids[index], typeIdentifier: Self.persistenceIdentifier(of: operation), payload: payloads[index],
+                payloadVersion: Self.payloadVersion(of: operation),
                 operation: operation, options: options, prerequisites: resolved[index].ids, batchID: batchID
             ))
         }
@@ -125,6 +126,10 @@ extension PersistentOperationQueue {
 
     private static func persistenceIdentifier<Op: PersistentOperation>(of operation: Op) -> String {
         Op.persistenceIdentifier
+    }
+
+    private static func payloadVersion<Op: PersistentOperation>(of operation: Op) -> Int {
+        Op.payloadVersion
     }
 
     private static func encodedPayload<Op: PersistentOperation>(of operation: Op) throws -> Data {

@@ -54,9 +54,13 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     // counters; `store`, `timer`, `events` and `configuration` are immutable references.
 
     struct RegisteredType: Sendable {
-        var makeOperation: @Sendable (Data) throws -> Operation
-        /// Decodes a payload without building an operation (restore checks every record).
-        var checkPayload: @Sendable (Data) throws -> Void
+        /// Builds the operation from a stored payload and the payload version it was stored with.
+        var makeOperation: @Sendable (Data, Int) throws -> Operation
+        /// Decodes a payload without building an operation (a re-queue checks its records).
+        var checkPayload: @Sendable (Data, Int) throws -> Void
+        /// The type's ``PersistentOperation/payloadVersion``: a record stored with a later one
+        /// is left alone.
+        var payloadVersion: Int
     }
 
     struct State: Sendable {
@@ -265,10 +269,26 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// ```
     public func register<Op: PersistentOperation>(_ type: Op.Type, factory: @escaping @Sendable (Op.Payload) -> Op) {
         let registered = RegisteredType(
-            makeOperation: { data in factory(try RecordFormat.decodePayload(Op.Payload.self, from: data)) },
-            checkPayload: { data in _ = try RecordFormat.decodePayload(Op.Payload.self, from: data) }
+            makeOperation: { data, version in factory(try Self.decodePayload(of: Op.self, from: data, version: version)) },
+            checkPayload: { data, version in _ = try Self.decodePayload(of: Op.self, from: data, version: version) },
+            payloadVersion: Op.payloadVersion
         )
         state.withLock { $0.registry[Op.persistenceIdentifier] = registered }
+    }
+
+    /// A stored payload of `Op`, read as its current payload or, stored with an earlier
+    /// payload version, through its migration.
+    static func decodePayload<Op: PersistentOperation>(of type: Op.Type, from data: Data, version: Int) throws -> Op.Payload {
+        if version == Op.payloadVersion {
+            return try RecordFormat.decodePayload(Op.Payload.self, from: data)
+        }
+        guard version < Op.payloadVersion else {
+            throw PersistenceError(
+                .unsupportedFormatVersion,
+                "The payload was stored with payload version \(version) of \"\(Op.persistenceIdentifier)\"; this build knows versions up to \(Op.payloadVersion)."
+            )
+        }
+        return try Op.migratePayload(StoredPayload(version: version, data: data))
     }
 
     // MARK: - Adding
@@ -428,7 +448,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         _ operation: Op, payload: Data, options: EnqueueOptions, prerequisites: ResolvedPrerequisites
     ) throws -> PersistentOperationID {
         let record = makeRecord(
-            id: RecordIdentifier.make(), typeIdentifier: Op.persistenceIdentifier, payload: payload,
+            id: RecordIdentifier.make(), typeIdentifier: Op.persistenceIdentifier, payload: payload, payloadVersion: Op.payloadVersion,
             operation: operation, options: options, prerequisites: prerequisites.ids
         )
         try store.add(record)
@@ -440,7 +460,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// The record of a new operation. Its expiration date is the earlier of the options' and
     /// the operation's own (``RetryingOperation/expirationDate``), so either is saved.
     func makeRecord(
-        id: String, typeIdentifier: String, payload: Data, operation: Operation,
+        id: String, typeIdentifier: String, payload: Data, payloadVersion: Int, operation: Operation,
         options: EnqueueOptions, prerequisites: [String], batchID: String? = nil
     ) -> OperationRecord {
         let expirations = [options.expirationDate, (operation as? RetryingOperation)?.expirationDate].compactMap { $0 }
@@ -464,7 +484,8 @@ public final class PersistentOperationQueue: @unchecked Sendable {
             // The first period targets its not-before date, or now.
             periodTarget: options.repeating.map { _ in options.notBefore ?? now },
             lane: options.lane,
-            laneHoldsOnFailure: options.lane != nil && options.holdsLaneOnFailure
+            laneHoldsOnFailure: options.lane != nil && options.holdsLaneOnFailure,
+            payloadVersion: payloadVersion
         )
     }
 

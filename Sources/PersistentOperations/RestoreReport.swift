@@ -47,7 +47,9 @@ public struct RestoreReport: Sendable, Hashable {
     /// Records of types that were never registered with ``PersistentOperationQueue/register(_:)``:
     /// kept on disk untouched, never run or deleted.
     public var unknownTypes: [UnknownTypeRecord] = []
-    /// Records written by a newer version of the library; left in place.
+    /// Records written by a newer version of the library, and records whose payload a newer
+    /// build of the app stored (a ``PersistentOperation/payloadVersion`` later than the
+    /// registered type's); left in place, untouched.
     public var newerFormatVersions: [Entry] = []
     /// Pending records that replaced an older record with the same unique key (a crash had
     /// interrupted the replacement); the older record was removed.

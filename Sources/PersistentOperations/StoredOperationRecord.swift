@@ -79,6 +79,8 @@ public struct StoredOperationRecord: Sendable, Hashable {
     /// For a failed record: it holds its lane, whose other records wait until it is
     /// re-queued or purged.
     public var isHoldingLane = false
+    /// The ``PersistentOperation/payloadVersion`` its payload was stored with.
+    public var payloadVersion = 1
     /// The tags it was added with.
     public var tags: Set<String>
     /// The unique key it was added with.
@@ -200,6 +202,7 @@ extension StoredOperationRecord {
         lane = record.lane
         holdsLaneOnFailure = record.laneHoldsOnFailure
         isHoldingLane = record.isHoldingLane
+        payloadVersion = record.payloadVersion
         if let evidence {
             crashes = evidence.crashes
             kills = evidence.kills

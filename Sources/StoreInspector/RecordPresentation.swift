@@ -155,6 +155,7 @@ enum RecordPresentation {
             ("failureReason", .string(record.failureReason)),
         ] + periodicFields(of: record) + [
             ("lanePosition", lanePosition.map { .integer(Int64($0)) } ?? .null),
+            ("payloadVersion", .integer(Int64(record.payloadVersion))),
             ("payloadBytes", .integer(Int64(record.payload.count))),
             ("payload", payload(of: record)),
         ])

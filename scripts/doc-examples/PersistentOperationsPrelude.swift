@@ -23,6 +23,10 @@ final class UploadOperation: RetryingOperation, PersistentOperation, @unchecked 
     override var isAsynchronous: Bool { true }
 }
 
+/// What an earlier version of the app stored for an upload, and a payload it stored.
+struct UploadV1: Codable { var file: URL }
+var stored: StoredPayload { fatalError("compiled, never run") }
+
 /// A service the app's operations use, which a registered factory passes in.
 final class APIClient: Sendable {
     init(baseURL: URL) {}

@@ -39,6 +39,7 @@ extension OperationRecord {
             entries["periodTarget"] = periodTarget.map { .date($0) }
             if completedPeriods != 0 { entries["completedPeriods"] = .integer(Int64(completedPeriods)) }
         }
+        if payloadVersion != 1 { entries["payloadVersion"] = .integer(Int64(payloadVersion)) }
         if formatVersion >= 6 {
             entries["lane"] = lane.map { .string($0) }
             if laneHoldsOnFailure { entries["laneHoldsOnFailure"] = .bool(true) }
@@ -71,7 +72,7 @@ extension OperationRecord {
     struct Fields {
         /// A field a record body may hold (its key is ``name``).
         enum Key: Int, CaseIterable {
-            case formatVersion, id, typeIdentifier, payload, priority, enqueueSequence, enqueuedAt, notBefore, tags, uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription, failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions, repeatInterval, repeatFlex, periodTarget, completedPeriods, lane, laneHoldsOnFailure, isHoldingLane
+            case formatVersion, id, typeIdentifier, payload, priority, enqueueSequence, enqueuedAt, notBefore, tags, uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription, failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions, repeatInterval, repeatFlex, periodTarget, completedPeriods, lane, laneHoldsOnFailure, isHoldingLane, payloadVersion
 
             /// The key in the property list.
             var name: String { Self.names[rawValue] }
@@ -155,6 +156,8 @@ extension OperationRecord {
             }
             guard completedPeriods >= 0 else { throw Self.invalid("field \"completedPeriods\" is negative") }
         }
+        let payloadVersion = try optional(.payloadVersion, \.intValue) ?? 1
+        guard payloadVersion >= 1 else { throw Self.invalid("field \"payloadVersion\" is less than 1") }
         var lane: String?
         var laneHoldsOnFailure = false
         var isHoldingLane = false
@@ -197,7 +200,8 @@ extension OperationRecord {
             completedPeriods: completedPeriods,
             lane: lane,
             laneHoldsOnFailure: laneHoldsOnFailure,
-            isHoldingLane: isHoldingLane
+            isHoldingLane: isHoldingLane,
+            payloadVersion: payloadVersion
         )
         self.formatVersion = formatVersion
     }

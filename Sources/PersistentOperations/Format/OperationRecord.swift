@@ -96,6 +96,15 @@ import Foundation
 /// Only a record in a lane is written in version 6 (``journalFormatVersion``), so that an older
 /// reader (which would run it out of order) leaves it alone as a newer format; every other
 /// record is still written in version 5.
+///
+/// ## The payload version (any format version)
+///
+/// | Key | Type | Meaning |
+/// |---|---|---|
+/// | `payloadVersion` | integer? | The `PersistentOperation.payloadVersion` the payload was stored with (absent: 1). |
+///
+/// A reader that does not know the key reads the payload as its own type's, as before the key
+/// existed: a payload that changed incompatibly does not decode and is quarantined there.
 package struct OperationRecord: Codable, Sendable, Equatable {
     /// The newest record format version this library writes (in the journal) and reads.
     package static let currentFormatVersion = 6
@@ -218,6 +227,12 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         get { extras?.isHoldingLane ?? false }
         set { extras.changeField(to: newValue, isDefault: !newValue) { $0.isHoldingLane = $1 } }
     }
+    /// The ``PersistentOperation/payloadVersion`` of the type that stored the payload (any
+    /// record format version; absent: 1).
+    package var payloadVersion: Int {
+        get { extras?.payloadVersion ?? 1 }
+        set { extras.changeField(to: newValue, isDefault: newValue == 1) { $0.payloadVersion = $1 } }
+    }
 
     /// The fields most records leave at their defaults. Shared by copies of a record until one
     /// of them changes a field (copy on write); never changed while shared, hence `Sendable`.
@@ -238,6 +253,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         var lane: String?
         var laneHoldsOnFailure = false
         var isHoldingLane = false
+        var payloadVersion = 1
 
         /// Whether every field has its default value (a `-0` flex is not the default: it
         /// must read back as it was set).
@@ -245,7 +261,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             tags.isEmpty && uniqueKey == nil && lastErrorDescription == nil && failureReason == nil
                 && prerequisites.isEmpty && batchID == nil && failedPrerequisite == nil && expiresAt == nil
                 && conditions.isEmpty && repeatInterval == nil && repeatFlex == 0 && repeatFlex.sign == .plus
-                && periodTarget == nil && completedPeriods == 0 && lane == nil && !laneHoldsOnFailure && !isHoldingLane
+                && periodTarget == nil && completedPeriods == 0 && lane == nil && !laneHoldsOnFailure && !isHoldingLane && payloadVersion == 1
         }
 
         func copy() -> Extras {
@@ -266,6 +282,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             copy.lane = lane
             copy.laneHoldsOnFailure = laneHoldsOnFailure
             copy.isHoldingLane = isHoldingLane
+            copy.payloadVersion = payloadVersion
             return copy
         }
     }
@@ -298,7 +315,8 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         completedPeriods: Int = 0,
         lane: String? = nil,
         laneHoldsOnFailure: Bool = false,
-        isHoldingLane: Bool = false
+        isHoldingLane: Bool = false,
+        payloadVersion: Int = 1
     ) {
         self.id = id
         self.typeIdentifier = typeIdentifier
@@ -327,6 +345,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         self.lane = lane
         self.laneHoldsOnFailure = laneHoldsOnFailure
         self.isHoldingLane = isHoldingLane
+        self.payloadVersion = payloadVersion
         self.formatVersion = requiredFormatVersion
     }
 
@@ -335,7 +354,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         case uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription
         case failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions
         case repeatInterval, repeatFlex, periodTarget, completedPeriods
-        case lane, laneHoldsOnFailure, isHoldingLane
+        case lane, laneHoldsOnFailure, isHoldingLane, payloadVersion
     }
 
     /// Decodes a record body with any `Decoder` (Foundation's property-list decoder reads one);
@@ -369,7 +388,8 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             completedPeriods: try container.decodeIfPresent(Int.self, forKey: .completedPeriods) ?? 0,
             lane: try container.decodeIfPresent(String.self, forKey: .lane),
             laneHoldsOnFailure: try container.decodeIfPresent(Bool.self, forKey: .laneHoldsOnFailure) ?? false,
-            isHoldingLane: try container.decodeIfPresent(Bool.self, forKey: .isHoldingLane) ?? false
+            isHoldingLane: try container.decodeIfPresent(Bool.self, forKey: .isHoldingLane) ?? false,
+            payloadVersion: try container.decodeIfPresent(Int.self, forKey: .payloadVersion) ?? 1
         )
         formatVersion = try container.decode(Int.self, forKey: .formatVersion)
     }
@@ -404,6 +424,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         try container.encodeIfPresent(lane, forKey: .lane)
         if laneHoldsOnFailure { try container.encode(true, forKey: .laneHoldsOnFailure) }
         if isHoldingLane { try container.encode(true, forKey: .isHoldingLane) }
+        if payloadVersion != 1 { try container.encode(payloadVersion, forKey: .payloadVersion) }
     }
 
     /// Records are equal when every field is; ``formatVersion`` says how the record was read or
@@ -421,6 +442,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             && lhs.repeatInterval == rhs.repeatInterval && lhs.repeatFlex == rhs.repeatFlex
             && lhs.periodTarget == rhs.periodTarget && lhs.completedPeriods == rhs.completedPeriods
             && lhs.lane == rhs.lane && lhs.laneHoldsOnFailure == rhs.laneHoldsOnFailure && lhs.isHoldingLane == rhs.isHoldingLane
+            && lhs.payloadVersion == rhs.payloadVersion
     }
 
     /// The lowest format version that holds every field of the record, for a file of the

@@ -151,9 +151,11 @@ extension PersistentOperationQueue {
             store.removeBatchMarker(batch)
         }
         restored.sort { $0.order < $1.order }
+        // (`newerFormatVersions` lists the records of newer formats and those whose payloads a
+        // newer build stored.)
         let unavailable = Set(
             report.unknownTypes.map(\.id.rawValue)
-                + loaded.skipped.compactMap { StoreLayout.recordIdentifier(fromFileName: $0.name) }
+                + report.newerFormatVersions.compactMap { StoreLayout.recordIdentifier(fromFileName: $0.name) }
         )
         let quarantinedIDs = Set(loaded.quarantined.compactMap { StoreLayout.recordIdentifier(fromFileName: $0.name) })
         restored = try settlePrerequisites(
@@ -395,9 +397,18 @@ extension PersistentOperationQueue {
     /// that does not decode (quarantined).
     func isRebuildable(_ record: OperationRecord, checkingPayload: Bool, report: inout RestoreReport) -> Bool {
         guard let type = registeredType(of: record, report: &report) else { return false }
+        guard record.payloadVersion <= type.payloadVersion else {
+            // Stored by a newer build of the app: left on disk as it is, like a record of a
+            // newer format, until a build that reads it runs.
+            report.newerFormatVersions.append(RestoreReport.Entry(
+                name: StoreLayout.fileName(ofRecord: record.id),
+                reason: "its payload was stored with payload version \(record.payloadVersion) of \"\(record.typeIdentifier)\"; this build knows versions up to \(type.payloadVersion)"
+            ))
+            return false
+        }
         guard checkingPayload else { return true }
         do {
-            try type.checkPayload(record.payload)
+            try type.checkPayload(record.payload, record.payloadVersion)
         } catch {
             quarantineUndecodable(record, error: error, report: &report)
             return false
@@ -420,7 +431,7 @@ extension PersistentOperationQueue {
     }
 
     private func quarantineUndecodable(_ record: OperationRecord, error: any Error, report: inout RestoreReport) {
-        let reason = "the payload does not decode as \"\(record.typeIdentifier)\": \(error)"
+        let reason = "the payload (payload version \(record.payloadVersion)) does not decode as \"\(record.typeIdentifier)\": \(error)"
         do {
             let name = try store.quarantinePending(id: record.id, reason: reason)
             store.clearAttemptsInFlight(forRecord: record.id)

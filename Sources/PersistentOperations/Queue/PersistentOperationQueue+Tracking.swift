@@ -143,8 +143,8 @@ extension PersistentOperationQueue {
             }
             // The payload is checked here, not by the restore: a restore reads only what
             // scheduling needs.
-            failure = "the payload does not decode as \"\(record.typeIdentifier)\""
-            built = try type.makeOperation(record.payload)
+            failure = "the payload (payload version \(record.payloadVersion)) does not decode as \"\(record.typeIdentifier)\""
+            built = try type.makeOperation(record.payload, record.payloadVersion)
         } catch {
             // Cancelled and forgotten meanwhile (its record removed): nothing to quarantine.
             guard state.withLock({ $0.entries[id] != nil }) else { return nil }
