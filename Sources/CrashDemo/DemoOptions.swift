@@ -49,6 +49,10 @@ struct DemoOptions {
         Other subcommands (used by the demo and the tests):
           crash-demo app --store DIR --effects FILE --count N [--albums A] [--crash-loop-limit K] [--crasher | --killer] [--attempt-ms MS] [--max-concurrent W] [--inactive]
           crash-demo hold --store DIR
+          crash-demo lanes-soak [--cycles N] [--count M] [--lanes L] [--seed S] [--directory DIR] [--attempt-ms MS] [--expires-ms MS]
+                          kills a chat-outbox app whose conversations are ordered lanes,
+                          relaunches it, and checks each lane ran one message at a time, in order
+          crash-demo lanes-app --store DIR --effects FILE --count N [--lanes L] [--attempt-ms MS] [--expires-ms MS] [--crash-loop-limit K] [--adds-before-restore]
         """
 
     /// Parses `arguments` (without the program name).

@@ -121,8 +121,8 @@ struct SoakCommand {
         var finished = false
         while !finished && finalLaunches <= (crasherLaunches + killerLaunches + 1) * (crashLoopLimit + 1) + 1 {
             finalLaunches += 1
-            let app = try launch(appArguments(store: store, effects: effects, count: finalCount, albums: finalAlbums, crasher: false), errors: errors)
-            guard waitForExit(app, timeout: 300) else {
+            let app = try Self.launch(appArguments(store: store, effects: effects, count: finalCount, albums: finalAlbums, crasher: false), errors: errors)
+            guard Self.waitForExit(app, timeout: 300) else {
                 problems.append("the final launch did not finish within 300 s")
                 break
             }
@@ -209,7 +209,7 @@ struct SoakCommand {
         arguments: [String], effects: String, errors: String, phase: Phase, after prerequisite: String?, random: inout SeededGenerator
     ) throws -> (end: CycleEnd, sawPrerequisite: Bool) {
         let tail = SoakJournalTail(path: effects)
-        let app = try launch(arguments, errors: errors)
+        let app = try Self.launch(arguments, errors: errors)
         // Restoring a large backlog takes a while: the other phases come after it.
         let prerequisites = phase == .restore ? [] : ["launch "] + (prerequisite.map { [$0] } ?? [])
         var sawPrerequisite = true
@@ -249,7 +249,8 @@ struct SoakCommand {
         return (reached ? .killed(phase) : .killedLate(phase), sawPrerequisite)
     }
 
-    private func launch(_ arguments: [String], errors: String) throws -> Process {
+    /// Launches this executable with `arguments`, its standard error appended to `errors`.
+    static func launch(_ arguments: [String], errors: String) throws -> Process {
         let process = Process()
         process.executableURL = Self.executable
         process.arguments = arguments
@@ -272,7 +273,8 @@ struct SoakCommand {
         signal == SIGILL || signal == SIGTRAP
     }
 
-    private func waitForExit(_ process: Process, timeout: TimeInterval) -> Bool {
+    /// Waits up to `timeout` seconds for `process` to exit; kills it and returns false if it does not.
+    static func waitForExit(_ process: Process, timeout: TimeInterval) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
         while process.isRunning {
             if Date() > deadline {
@@ -333,9 +335,14 @@ final class SoakJournalTail {
 
     /// Waits until a new line starts with `prefix` while `process` runs; false on timeout or exit.
     func waitForLine(startingWith prefix: String, while process: Process, until deadline: Date) -> Bool {
+        waitForLine(where: { $0.hasPrefix(prefix) }, while: process, until: deadline)
+    }
+
+    /// Waits until a new line satisfies `isWanted` while `process` runs; false on timeout or exit.
+    func waitForLine(where isWanted: (String) -> Bool, while process: Process, until deadline: Date) -> Bool {
         while process.isRunning, Date() < deadline {
             poll()
-            if lines[checked...].contains(where: { $0.hasPrefix(prefix) }) {
+            if lines[checked...].contains(where: isWanted) {
                 checked = lines.count
                 return true
             }

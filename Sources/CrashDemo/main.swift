@@ -66,6 +66,10 @@ do {
         withExtendedLifetime(queue) {}
     case "soak":
         exit(try SoakCommand(arguments: Array(arguments.dropFirst())).run() ? 0 : 1)
+    case "lanes-soak":
+        exit(try LaneSoakCommand(arguments: Array(arguments.dropFirst())).run() ? 0 : 1)
+    case "lanes-app":
+        try LaneAppCommand(arguments: Array(arguments.dropFirst())).run()
     case "durability-probe":
         guard let store = option("--store") else { fail("usage: crash-demo durability-probe --store DIR") }
         try DurabilityProbeCommand(store: URL(fileURLWithPath: store)).run()
