@@ -42,6 +42,11 @@ public struct PersistenceError: Error, CustomStringConvertible, Sendable {
         public static let readFailed = Code("readFailed")
         /// A record file failed verification: size, header, checksum or structure.
         public static let corruptRecord = Code("corruptRecord")
+        /// A stored payload does not decode as its type's payload (and no
+        /// ``PersistentOperation/migratePayload(_:)`` reads its payload version): its record is
+        /// intact, and kept in quarantine until a build that reads it re-queues it
+        /// (``PersistentOperationQueue/requeueQuarantinedOperation(named:)``).
+        public static let payloadNotDecodable = Code("payloadNotDecodable")
         /// A record file was written by a format version this library does not read.
         public static let unsupportedFormatVersion = Code("unsupportedFormatVersion")
         /// A record names an operation type that was never registered.

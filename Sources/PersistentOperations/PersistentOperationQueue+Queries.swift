@@ -400,6 +400,51 @@ extension PersistentOperationQueue {
         return purged
     }
 
+    /// Moves a record from the quarantine area back to the pending area and schedules it: for
+    /// a payload that did not decode, once a build that reads it ships (a fixed type, or a
+    /// ``PersistentOperation/migratePayload(_:)`` for its payload version).
+    ///
+    /// The record comes back as it was stored — its identifier, retry count, dates and
+    /// prerequisites (a prerequisite that failed meanwhile fails it again). `name` is the
+    /// entry's name in ``RestoreReport/quarantined``, the
+    /// ``PersistentOperationEvent/quarantined(entryName:reason:)`` event, or
+    /// ``ReadOnlyPersistentStore/quarantinedEntries()``. `store-inspector requeue-quarantined`
+    /// does the same on a store no app holds.
+    ///
+    /// ```swift
+    /// for entry in try ReadOnlyPersistentStore(directory: storeURL).quarantinedEntries() {
+    ///     _ = try? queue.requeueQuarantinedOperation(named: entry.name)   // skips what still fails
+    /// }
+    /// ```
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound`` when there is no such entry;
+    ///   ``PersistenceError/Code/corruptRecord`` when it is not a readable record (damaged bytes
+    ///   stay in quarantine); ``PersistenceError/Code/unknownType`` when its type is not
+    ///   registered; ``PersistenceError/Code/payloadNotDecodable`` when its payload still does
+    ///   not decode (the entry stays where it is); and write errors.
+    @discardableResult
+    public func requeueQuarantinedOperation(named name: String) throws -> PersistentOperationID {
+        try checkOpen()
+        graphLock.lock()
+        defer { graphLock.unlock() }
+        let record = try store.quarantinedRecord(named: name)
+        guard let type = state.withLock({ $0.registry[record.typeIdentifier] }) else {
+            throw PersistenceError(.unknownType, "The quarantined record \(name) is of type \"\(record.typeIdentifier)\", which is not registered; register it first.")
+        }
+        do {
+            try type.checkPayload(record.payload, record.payloadVersion)
+        } catch {
+            throw PersistenceError(
+                .payloadNotDecodable,
+                "The payload of the quarantined record \(name) (payload version \(record.payloadVersion)) still does not decode as \"\(record.typeIdentifier)\": \(error). It stays in quarantine.",
+                underlyingError: error
+            )
+        }
+        let requeued = try store.requeueQuarantined(named: name)
+        schedule(requeued: [requeued])
+        return PersistentOperationID(record: requeued.id)
+    }
+
     /// Tracks re-queued records like restored ones (built when due), then links them to
     /// their prerequisites and schedules them. Called with `graphLock` held.
     private func schedule(requeued records: [OperationRecord]) {

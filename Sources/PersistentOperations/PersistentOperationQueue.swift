@@ -268,12 +268,36 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// try queue.restore()
     /// ```
     public func register<Op: PersistentOperation>(_ type: Op.Type, factory: @escaping @Sendable (Op.Payload) -> Op) {
+        register(type, formerIdentifiers: [], factory: factory)
+    }
+
+    /// Registers an operation type whose ``PersistentOperation/persistenceIdentifier``
+    /// changed: the records stored under any of `formerIdentifiers` are rebuilt as `type` too
+    /// (they keep their identifier on disk; new operations are stored under the current one).
+    ///
+    /// Better never to change an identifier; this is for the app that did.
+    ///
+    /// ```swift
+    /// // Version 1 stored uploads as "upload"; version 2 as "com.example.upload".
+    /// queue.register(UploadOperation.self, formerIdentifiers: ["upload"])
+    /// ```
+    public func register<Op: PersistentOperation>(_ type: Op.Type, formerIdentifiers: [String]) {
+        register(type, formerIdentifiers: formerIdentifiers) { Op(payload: $0) }
+    }
+
+    /// Registers an operation type built by `factory` (see ``register(_:factory:)``) whose
+    /// records may also carry any of `formerIdentifiers` (see ``register(_:formerIdentifiers:)``).
+    public func register<Op: PersistentOperation>(
+        _ type: Op.Type, formerIdentifiers: [String], factory: @escaping @Sendable (Op.Payload) -> Op
+    ) {
         let registered = RegisteredType(
             makeOperation: { data, version in factory(try Self.decodePayload(of: Op.self, from: data, version: version)) },
             checkPayload: { data, version in _ = try Self.decodePayload(of: Op.self, from: data, version: version) },
             payloadVersion: Op.payloadVersion
         )
-        state.withLock { $0.registry[Op.persistenceIdentifier] = registered }
+        state.withLock { state in
+            for identifier in formerIdentifiers + [Op.persistenceIdentifier] { state.registry[identifier] = registered }
+        }
     }
 
     /// A stored payload of `Op`, read as its current payload or, stored with an earlier

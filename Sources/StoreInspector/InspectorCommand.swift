@@ -7,6 +7,7 @@ import PersistentOperations
 ///     store-inspector show [--store] DIR ID [--json]
 ///     store-inspector export [--store] DIR ID [--output PATH] [--payload] [--json]
 ///     store-inspector retry-failed [--store] DIR (ID | --all) [--json]
+///     store-inspector requeue-quarantined [--store] DIR (NAME | --all) [--json]
 struct InspectorCommand {
     /// What to do.
     enum Action: Equatable {
@@ -20,6 +21,8 @@ struct InspectorCommand {
         case stats
         case retryFailed(Selection)
         case purge(Selection)
+        /// Move quarantined records (by entry name, or every readable one) back to pending.
+        case requeueQuarantined(Selection)
     }
 
     /// The failed records a changing command applies to.
@@ -59,6 +62,11 @@ struct InspectorCommand {
         Changing (need the store's lock):
           retry-failed ID | --all   move failed records back to pending with a fresh retry budget
           purge ID | --all          delete failed records for good
+          requeue-quarantined NAME | --all
+                                    move quarantined records (by entry name, as stats lists them)
+                                    back to pending, as they were stored: for payloads that did
+                                    not decode, once a build that reads them ships; entries that
+                                    are not readable records stay
 
         Options:
           --store DIR       the store directory (or give it as the first argument after COMMAND)
@@ -144,6 +152,14 @@ struct InspectorCommand {
         case "stats": action = .stats
         case "retry-failed": action = .retryFailed(try selection())
         case "purge": action = .purge(try selection())
+        case "requeue-quarantined":
+            if all {
+                guard positionals.isEmpty else { throw InspectorError.usage("\(name) takes either an entry name or --all") }
+                action = .requeueQuarantined(.all)
+            } else {
+                guard positionals.count == 1 else { throw InspectorError.usage("\(name) needs a quarantine entry name or --all") }
+                action = .requeueQuarantined(.one(id: positionals.removeFirst()))
+            }
         default: throw InspectorError.usage("unknown command \(name)")
         }
         if name != "list", limit != nil || after != nil {
@@ -153,8 +169,8 @@ struct InspectorCommand {
             throw InspectorError.usage("unexpected argument \(positionals[0])")
         }
         switch action {
-        case .retryFailed, .purge: break
-        default: if all { throw InspectorError.usage("--all applies to retry-failed and purge only") }
+        case .retryFailed, .purge, .requeueQuarantined: break
+        default: if all { throw InspectorError.usage("--all applies to retry-failed, purge and requeue-quarantined only") }
         }
         switch action {
         case .export: break

@@ -34,6 +34,7 @@ struct StoreInspector {
             case .stats: try stats()
             case .retryFailed(let selection): try retryFailed(selection)
             case .purge(let selection): try purge(selection)
+            case .requeueQuarantined(let selection): try requeueQuarantined(selection)
             }
         } catch let error as PersistenceError {
             throw InspectorError.failure(Self.explain(error))

@@ -149,4 +149,81 @@ struct PayloadMigrationTests {
         // Every record written before the key existed reads as version 1
         #expect(try RecordFormat.decode(try RecordFormat.encode(try makeRecord())).payloadVersion == 1)
     }
+
+    @Test func aQuarantinedPayloadIsBroughtBackOnceAFixedBuildReadsIt() async throws {
+        // Given a note quarantined by a build that forgot its migration
+        let journal = UUID().uuidString
+        let directory = try storeOfVersion1("kept", journal: journal)
+        var name = ""
+        do {
+            let broken = try QueueFixture(directory: directory, journal: journal)
+            broken.queue.register(NoteOperationV2WithoutMigration.self)
+            try broken.queue.restore()
+            await broken.queue.allOperationsFinished()
+            name = try #require(try directory.names(in: "quarantine").first { !$0.hasSuffix(StoreLayout.reasonSuffix) })
+            // Re-queueing it there fails clearly, and leaves it in quarantine
+            #expect {
+                try broken.queue.requeueQuarantinedOperation(named: name)
+            } throws: { ($0 as? PersistenceError)?.code == .payloadNotDecodable }
+            #expect(try directory.names(in: "quarantine").contains(name))
+            broken.queue.close()
+        }
+
+        // When the fixed build re-queues it
+        let fixed = try QueueFixture(directory: directory, journal: journal)
+        fixed.queue.register(NoteOperationV2.self)
+        try fixed.queue.restore()
+        let id = try fixed.queue.requeueQuarantinedOperation(named: name)
+        await fixed.queue.allOperationsFinished()
+
+        // Then it ran, as the record it was, and the quarantine area is empty
+        #expect(fixed.lines == ["v2 kept pages=1"])
+        #expect(fixed.deliveredEvents().contains(.succeeded(id)))
+        #expect(try directory.names(in: "quarantine").isEmpty)
+        #expect(try fixed.pendingRecords().isEmpty)
+    }
+
+    @Test func aQuarantineEntryThatIsNotARecordOrDoesNotExistIsRefusedAndLeftInPlace() throws {
+        let fixture = try QueueFixture(suspended: true)
+        fixture.queue.register(NoteOperationV1.self)
+        let quarantine = fixture.directory.store.appendingPathComponent("quarantine")
+        try FileManager.default.createDirectory(at: quarantine, withIntermediateDirectories: true)
+        try Data("not a record".utf8).write(to: quarantine.appendingPathComponent("segment-7.bytes"))
+        #expect {
+            try fixture.queue.requeueQuarantinedOperation(named: "segment-7.bytes")
+        } throws: { ($0 as? PersistenceError)?.code == .corruptRecord }
+        #expect(try fixture.directory.names(in: "quarantine").contains("segment-7.bytes"))
+        for missing in ["nothing-here.record", "../pending", ""] {
+            #expect {
+                try fixture.queue.requeueQuarantinedOperation(named: missing)
+            } throws: { ($0 as? PersistenceError)?.code == .recordNotFound }
+        }
+        #expect(try fixture.pendingRecords().isEmpty)
+    }
+
+    @Test func recordsStoredUnderAFormerIdentifierAreRebuiltAsTheRenamedType() async throws {
+        // Given a note stored under the identifier of version 1, "test.evolving-note"
+        let journal = UUID().uuidString
+        let directory = try storeOfVersion1("renamed", journal: journal)
+        // When a build whose type is now "test.note" registers the old identifier too
+        let fixture = try QueueFixture(directory: directory, journal: journal)
+        fixture.queue.register(RenamedNote.self, formerIdentifiers: [NoteOperationV1.persistenceIdentifier])
+        let report = try fixture.queue.restore()
+        await fixture.queue.allOperationsFinished()
+        // Then it ran as the renamed type
+        #expect(report.unknownTypes.isEmpty)
+        #expect(fixture.lines == ["renamed renamed"])
+    }
+}
+
+/// Version 1's note under a new persistence identifier.
+final class RenamedNote: RetryingOperation, PersistentOperation, @unchecked Sendable {
+    static let persistenceIdentifier = "test.note"
+    let payload: NoteV1
+    init(payload: NoteV1) { self.payload = payload; super.init() }
+    override var isAsynchronous: Bool { false }
+    override func startBaseOperation(isRetry: Bool) {
+        Journal.record(payload.journal, "renamed \(payload.name)")
+        baseOperationEnded()
+    }
 }

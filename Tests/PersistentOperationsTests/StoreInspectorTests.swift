@@ -336,6 +336,28 @@ struct StoreInspectorTests {
         #expect(try failed.json()["holdsLaneOnFailure"] as? Bool == true)
     }
 
+    @Test func requeueQuarantinedMovesReadableRecordsBackToPendingAndLeavesDamagedBytes() async throws {
+        // Given a store with a record quarantined whole (its payload did not decode) and an
+        // entry of damaged bytes
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store)
+        let record = try makeRecord(index: 1)
+        try store.add(record)
+        let name = try store.quarantinePending(id: record.id, reason: "the payload does not decode")
+        store.close()
+        try Data("damaged".utf8).write(to: directory.store.appendingPathComponent("quarantine/segment-3.bytes"))
+        // When the inspector re-queues every quarantined record
+        let result = try await Self.inspect("requeue-quarantined", directory.store.path, "--all", "--json")
+        // Then the record is pending again, as it was stored, and the damaged bytes stay
+        #expect(result.status == 0, "\(result.output)")
+        let json = try result.json()
+        #expect(json["re-queued"] as? [String] == [record.id])
+        #expect((json["skipped"] as? [[String: Any]])?.first?["name"] as? String == "segment-3.bytes")
+        #expect(try Self.storedRecord(record.id, in: directory.store.path) == record)
+        #expect(try directory.names(in: "quarantine") == ["segment-3.bytes"])
+        #expect(!name.isEmpty)
+    }
+
     @Test func showTellsTheCrashesOnFileAndWhetherTheNextAttemptRunsAlone() async throws {
         // Given a store whose last launch crashed with one attempt in flight (its marker, and
         // the line the crash-signal handler writes), opened again, and another record not in flight

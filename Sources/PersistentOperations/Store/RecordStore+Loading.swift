@@ -212,6 +212,60 @@ extension RecordStore {
         }
     }
 
+    /// The record a quarantine entry holds (a pending record quarantined whole, such as one
+    /// whose payload did not decode), verified.
+    ///
+    /// - Throws: ``PersistenceError/Code/recordNotFound`` when there is no such entry,
+    ///   ``PersistenceError/Code/corruptRecord`` when it holds no readable record (damaged bytes
+    ///   are not a record to re-queue).
+    package func quarantinedRecord(named name: String) throws -> OperationRecord {
+        guard !name.isEmpty, !name.contains("/"), !name.hasPrefix("."), !name.hasSuffix(StoreLayout.reasonSuffix) else {
+            throw PersistenceError(.recordNotFound, "\"\(name)\" is not the name of a quarantine entry.")
+        }
+        let path = layout.path(ofEntry: name, in: .quarantine)
+        let contents: Data
+        switch try? file.read(path, maximumSize: configuration.maximumRecordSize) {
+        case .contents(let data)?:
+            contents = data
+        case .tooLarge?:
+            throw PersistenceError(.corruptRecord, "The quarantine entry \(name) is larger than a record may be; it is not a record to re-queue.", fileURL: url(path))
+        case .notRegularFile?, nil:
+            throw PersistenceError(.recordNotFound, "The quarantine area has no entry named \(name).", fileURL: url(path))
+        }
+        do {
+            return try RecordFormat.decode(contents, maximumSize: configuration.maximumRecordSize)
+        } catch let error as PersistenceError {
+            throw PersistenceError(
+                .corruptRecord, "The quarantine entry \(name) is not a readable record (\(error.message)); it cannot be re-queued.",
+                fileURL: url(path), underlyingError: error
+            )
+        }
+    }
+
+    /// Moves the record a quarantine entry holds back to the pending area, as it was stored
+    /// (its retry count, dates and payload version kept; no attempt in flight), then deletes
+    /// the entry and its reason; returns the record. The record is durable in the pending
+    /// area before the entry goes: a crash in between leaves both, and a second re-queue of
+    /// the entry is refused as a duplicate.
+    ///
+    /// - Throws: the errors of ``quarantinedRecord(named:)`` and ``add(_:)`` (a record with
+    ///   its identifier is pending or failed already).
+    package func requeueQuarantined(named name: String) throws -> OperationRecord {
+        var record = try quarantinedRecord(named: name)
+        record.attemptsInFlight = 0
+        record.failureReason = nil
+        try add(record)
+        let path = layout.path(ofEntry: name, in: .quarantine)
+        try? configuration.fileSystem.unlink(path + StoreLayout.reasonSuffix)
+        do {
+            try configuration.fileSystem.unlink(path)
+            try synchronize(.quarantine, changing: path)
+        } catch {
+            throw writeFailed("The record is pending again, but its quarantine entry could not be removed.", path: path, error: error)
+        }
+        return record
+    }
+
     /// Moves a readable pending record whose payload cannot be used (it does not decode as
     /// its type's payload) to the quarantine area, and returns its name there.
     package func quarantinePending(id: String, reason: String) throws -> String {
