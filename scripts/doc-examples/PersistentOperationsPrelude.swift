@@ -23,6 +23,17 @@ final class UploadOperation: RetryingOperation, PersistentOperation, @unchecked 
     override var isAsynchronous: Bool { true }
 }
 
+/// A framework's download operation the app does not own (the stored wrapper's example).
+class DownloadOperation: Operation, @unchecked Sendable {
+    let url: URL
+    var statusCode = 0
+    init(url: URL) { self.url = url }
+}
+enum DownloadError: Error {
+    case notFound
+    case status(Int)
+}
+
 /// What an earlier version of the app stored for an upload, and a payload it stored.
 struct UploadV1: Codable { var file: URL }
 var stored: StoredPayload { fatalError("compiled, never run") }
