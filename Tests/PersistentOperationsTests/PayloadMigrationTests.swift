@@ -136,7 +136,7 @@ struct PayloadMigrationTests {
             return nil
         }
         #expect(reasons.count == 1)
-        #expect(reasons.first?.contains("payload (payload version 1) does not decode as \"test.evolving-note\"") == true)
+        #expect(reasons.first?.contains("the payload does not decode as \"test.evolving-note\" (payload version 1)") == true)
     }
 
     @Test func aRecordKeepsItsPayloadVersionInEveryFormatVersionAndAnAbsentOneReadsAs1() throws {

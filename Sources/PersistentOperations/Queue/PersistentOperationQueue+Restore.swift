@@ -431,7 +431,7 @@ extension PersistentOperationQueue {
     }
 
     private func quarantineUndecodable(_ record: OperationRecord, error: any Error, report: inout RestoreReport) {
-        let reason = "the payload (payload version \(record.payloadVersion)) does not decode as \"\(record.typeIdentifier)\": \(error)"
+        let reason = "the payload does not decode as \"\(record.typeIdentifier)\" (payload version \(record.payloadVersion)): \(error)"
         do {
             let name = try store.quarantinePending(id: record.id, reason: reason)
             store.clearAttemptsInFlight(forRecord: record.id)

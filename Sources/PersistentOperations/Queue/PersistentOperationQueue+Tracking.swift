@@ -143,7 +143,7 @@ extension PersistentOperationQueue {
             }
             // The payload is checked here, not by the restore: a restore reads only what
             // scheduling needs.
-            failure = "the payload (payload version \(record.payloadVersion)) does not decode as \"\(record.typeIdentifier)\""
+            failure = "the payload does not decode as \"\(record.typeIdentifier)\" (payload version \(record.payloadVersion))"
             built = try type.makeOperation(record.payload, record.payloadVersion)
         } catch {
             // Cancelled and forgotten meanwhile (its record removed): nothing to quarantine.
