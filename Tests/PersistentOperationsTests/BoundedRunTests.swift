@@ -313,7 +313,10 @@ struct BoundedRunTests {
         #expect(try await eventually { fixture.queue.state.withLock { $0.conditionStates["network"] == false } })
 
         // Then the run waits for both (within its idle limit), and ends blocked once both have
-        // come due and found the network down
+        // come due and found the network down (the clock moves once the retry's timer is set:
+        // the state says waiting to retry from the moment the record is saved)
+        let retryDue = start.addingTimeInterval(retryDelay)
+        #expect(try await eventually { fixture.queue.timer.scheduledDates.contains(retryDue) })
         fixture.clock.advance(by: 10)
         #expect(try await eventually { fixture.queue.operations().contains { $0.state == .waitingForConditions } })
         try await Task.sleep(for: .milliseconds(50))
