@@ -59,7 +59,12 @@ struct JournalPowerLossTests {
             let failed = created.filter { if case .failed? = places[$0] { true } else { false } }
             let roll = Int.random(in: 0..<100, using: &random)
             if roll < 35 || live.isEmpty {
-                let record = try makeRecord(index: index)
+                var record = try makeRecord(index: index)
+                if index.isMultiple(of: 3) {
+                    // Records of record format version 6 (in a lane) among the others.
+                    record.lane = "lane:\(index % 2)"
+                    record.payloadVersion = 2
+                }
                 try run("add", touching: [record.id]) {
                     try store.add(record)
                     return [record.id: .pending(record)]
