@@ -71,3 +71,41 @@ public enum PersistentOperationEvent: Sendable, Hashable {
     /// Saving a change failed; the operation goes on, and the previous record stays on disk.
     case storeError(PersistentOperationID?, message: String)
 }
+
+extension PersistentOperationEvent {
+    /// What an event's operation is, as the queue knew it when it emitted the event: for
+    /// ``PersistentOperationQueue/eventHandlerWithSubject``, so that an app can tell which
+    /// kind of work finished (a badge per conversation, a count per type) without a map of
+    /// its own.
+    public struct Subject: Sendable, Hashable {
+        /// The operation type's ``PersistentOperation/persistenceIdentifier``.
+        public var typeIdentifier: String
+        /// The tags it was added with (``EnqueueOptions/tags``).
+        public var tags: Set<String>
+        /// Its ordered lane (``EnqueueOptions/lane``), if any.
+        public var lane: String?
+
+        public init(typeIdentifier: String, tags: Set<String>, lane: String?) {
+            self.typeIdentifier = typeIdentifier
+            self.tags = tags
+            self.lane = lane
+        }
+    }
+
+    /// The operation the event is about; `nil` for ``quarantined(entryName:reason:)`` and
+    /// for a ``storeError(_:message:)`` of no particular operation. For
+    /// ``laneHeld(lane:by:)``, the operation holding the lane.
+    public var operationID: PersistentOperationID? {
+        switch self {
+        case .enqueued(let id, _), .restored(let id, _), .started(let id, _), .retryScheduled(let id, _, _, _),
+             .succeeded(let id), .periodEnded(let id, _, _), .failed(let id, _), .cancelled(let id),
+             .blocked(let id, _), .unblocked(let id), .waitingForLane(let id, _, _), .laneHeld(_, let id),
+             .abandoned(let id, _), .runningAlone(let id, _), .unknownType(let id, _), .unknownConditions(let id, _):
+            return id
+        case .storeError(let id, _):
+            return id
+        case .quarantined:
+            return nil
+        }
+    }
+}

@@ -119,7 +119,7 @@ extension PersistentOperationQueue {
         } else {
             try store.add(records[0])
         }
-        hub.emit(contentsOf: records.map { .enqueued(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) })
+        hub.emit(enqueued: records)
         track(operations.indices.map { (operations[$0], records[$0], resolved[$0].liveIDs) }, keepsOperationsAlive: options.keepsOperationAlive)
         return ids.map(PersistentOperationID.init(record:))
     }

@@ -454,7 +454,7 @@ extension PersistentOperationQueue {
             // Built when due, like a restored record (its retry count was reset by the requeue);
             // its payload is checked now, so that a re-queue of a few records reports a bad one.
             guard isRebuildable(record, checkingPayload: true, report: &report) else { continue }
-            hub.emit(.enqueued(PersistentOperationID(record: record.id), typeIdentifier: record.typeIdentifier))
+            hub.emit(enqueued: [record])
             trackRestored(record)
             requeued.append(RestoredRecord(
                 id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate,

@@ -476,7 +476,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
             operation: operation, options: options, prerequisites: prerequisites.ids
         )
         try store.add(record)
-        hub.emit(.enqueued(PersistentOperationID(record: record.id), typeIdentifier: record.typeIdentifier))
+        hub.emit(enqueued: [record])
         track([(operation, record, prerequisites.liveIDs)], keepsOperationsAlive: options.keepsOperationAlive)
         return PersistentOperationID(record: record.id)
     }
@@ -574,6 +574,35 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     public var eventHandler: (@Sendable (PersistentOperationEvent) -> Void)? {
         get { hub.handler }
         set { hub.handler = newValue }
+    }
+
+    /// Called with every event and what its operation is — its type, tags and lane
+    /// (``PersistentOperationEvent/Subject``), read when the event was emitted — in order, on
+    /// the same private serial queue as ``eventHandler``. The subject is `nil` for an event of
+    /// no operation the queue tracks (a record left on disk, a quarantined entry).
+    ///
+    /// ```swift
+    /// queue.eventHandlerWithSubject = { event, subject in
+    ///     if case .succeeded = event, let lane = subject?.lane {
+    ///         badge.value = queue.numberOfOperations(inLane: lane)   // this conversation's unsent messages
+    ///     }
+    /// }
+    /// ```
+    public var eventHandlerWithSubject: (@Sendable (PersistentOperationEvent, PersistentOperationEvent.Subject?) -> Void)? {
+        get { hub.subjectHandler }
+        set {
+            if newValue != nil { hub.setSubjectSource(self) }
+            hub.subjectHandler = newValue
+        }
+    }
+}
+
+extension PersistentOperationQueue: EventSubjectSource {
+    /// The subject of a tracked operation's events.
+    func subject(of id: PersistentOperationID) -> PersistentOperationEvent.Subject? {
+        state.withLock { state in
+            state.entries[id.rawValue].map { PersistentOperationEvent.Subject(typeIdentifier: $0.record.typeIdentifier, tags: Set($0.record.tags), lane: $0.record.lane) }
+        }
     }
 
     /// A new stream of every event from now on, in order. Subscribe before ``restore()`` to

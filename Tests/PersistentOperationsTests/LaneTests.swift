@@ -324,6 +324,25 @@ struct LaneTests {
         #expect(firstAttempts(fixture) == ["hanging", "other", "draft-2"])
     }
 
+    @Test func eventsComeWithTheTypeTagsAndLaneOfTheirOperation() async throws {
+        // Given a message of a lane, with a tag, that succeeds, and one of no lane that fails
+        let fixture = try QueueFixture(maxConcurrent: 2)
+        let sent = try fixture.queue.addOperation(fixture.upload("sent"), options: EnqueueOptions(tags: ["chat:1"], lane: "chat:1")).id
+        let refused = try fixture.queue.addOperation(fixture.upload("refused", [.fail]), options: EnqueueOptions()).id
+        await fixture.queue.allOperationsFinished()
+        fixture.queue.hub.flush()
+        // Then the handler with subjects got both ends with what each operation was
+        let subjects = fixture.subjects.withLock { $0 }
+        let sentSubject = PersistentOperationEvent.Subject(typeIdentifier: ScriptedUpload.persistenceIdentifier, tags: ["chat:1"], lane: "chat:1")
+        #expect(subjects.contains { $0.event == .succeeded(sent) && $0.subject == sentSubject })
+        #expect(subjects.contains { event, subject in
+            if case .failed(refused, _) = event { subject?.typeIdentifier == ScriptedUpload.persistenceIdentifier && subject?.lane == nil } else { false }
+        })
+        // And every event of an operation the queue tracked had its subject, in the same order
+        #expect(subjects.map(\.event) == fixture.deliveredEvents())
+        #expect(subjects.filter { $0.event.operationID != nil && $0.subject == nil }.map(\.event) == [])
+    }
+
     @Test func optionsALaneCannotTakeAreRefusedWithAClearError() throws {
         let fixture = try QueueFixture(suspended: true)
         let refused: [(EnqueueOptions, String)] = [

@@ -2,9 +2,16 @@ import Foundation
 
 /// Delivers events in order, on a private serial queue, to a handler and to any number of
 /// `AsyncStream`s. Never runs a handler while a lock is held.
+/// What reads the subject of an event's operation (the queue).
+protocol EventSubjectSource: AnyObject, Sendable {
+    func subject(of id: PersistentOperationID) -> PersistentOperationEvent.Subject?
+}
+
 final class EventHub: Sendable {
     private struct Subscribers {
         var handler: (@Sendable (PersistentOperationEvent) -> Void)?
+        /// The handler that also gets the subject of each event, read when it is emitted.
+        var subjectHandler: (@Sendable (PersistentOperationEvent, PersistentOperationEvent.Subject?) -> Void)?
         var streams: [UInt64: AsyncStream<PersistentOperationEvent>.Continuation] = [:]
         /// The queue's own observers (bounded runs), called before the handler.
         var monitors: [ObjectIdentifier: @Sendable (PersistentOperationEvent) -> Void] = [:]
@@ -19,6 +26,26 @@ final class EventHub: Sendable {
     var handler: (@Sendable (PersistentOperationEvent) -> Void)? {
         get { subscribers.withLock { $0.handler } }
         set { subscribers.withLock { $0.handler = newValue } }
+    }
+
+    var subjectHandler: (@Sendable (PersistentOperationEvent, PersistentOperationEvent.Subject?) -> Void)? {
+        get { subscribers.withLock { $0.subjectHandler } }
+        set { subscribers.withLock { $0.subjectHandler = newValue } }
+    }
+
+    /// Where the subject of an event's operation is read (the queue's entries), when the event
+    /// is emitted and only while a subject handler is set. Asked without any of the hub's
+    /// locks held; never call ``emit(_:)`` while holding the lock it takes. (Held weakly: the
+    /// queue holds the hub.)
+    private let subjectSource = Locked(WeakSubjectSource())
+
+    private struct WeakSubjectSource: @unchecked Sendable {
+        // @unchecked: only reached through `Locked`, and the source is `Sendable`.
+        weak var source: (any EventSubjectSource)?
+    }
+
+    func setSubjectSource(_ source: any EventSubjectSource) {
+        subjectSource.withLock { $0.source = source }
     }
 
     /// A new stream of every event emitted from now on.
@@ -58,29 +85,40 @@ final class EventHub: Sendable {
     /// than queued for delivery: a dispatch to the delivery queue wakes a thread, three times
     /// in every operation's lifecycle.
     var hasSubscribers: Bool {
-        subscribers.withLock { $0.handler != nil || !$0.streams.isEmpty || !$0.monitors.isEmpty || $0.monitorsToRegister > 0 }
-    }
-
-    func emit(_ event: PersistentOperationEvent) {
-        guard hasSubscribers else { return }
-        delivery.async {
-            let (handler, streams, monitors) = self.subscribers.withLock { ($0.handler, Array($0.streams.values), $0.monitors) }
-            for monitor in monitors.values { monitor(event) }
-            handler?(event)
-            for stream in streams {
-                stream.yield(event)
-            }
+        subscribers.withLock {
+            $0.handler != nil || $0.subjectHandler != nil || !$0.streams.isEmpty || !$0.monitors.isEmpty || $0.monitorsToRegister > 0
         }
     }
 
+    func emit(_ event: PersistentOperationEvent) {
+        emit(contentsOf: [event])
+    }
+
+    /// Emits the events of operations stored just now, whose entries may not exist yet: their
+    /// subjects are their records'.
+    func emit(enqueued records: [OperationRecord]) {
+        emit(
+            contentsOf: records.map { .enqueued(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) },
+            subjects: records.map { PersistentOperationEvent.Subject(typeIdentifier: $0.typeIdentifier, tags: Set($0.tags), lane: $0.lane) }
+        )
+    }
+
     /// Emits `events` in order, with one hop to the delivery queue for all of them.
-    func emit(contentsOf events: [PersistentOperationEvent]) {
+    /// `subjects`: the subject of each event, when the caller knows them; otherwise they are
+    /// read from ``subjectProvider`` (only while a subject handler is set).
+    func emit(contentsOf events: [PersistentOperationEvent], subjects known: [PersistentOperationEvent.Subject?]? = nil) {
         guard !events.isEmpty, hasSubscribers else { return }
+        // The subjects are read now: by delivery time, an operation that ended is forgotten.
+        let source = subscribers.withLock { $0.subjectHandler != nil } ? subjectSource.withLock { $0.source } : nil
+        let subjects = source.map { source in known ?? events.map { event in event.operationID.flatMap(source.subject(of:)) } } ?? []
         delivery.async {
-            let (handler, streams, monitors) = self.subscribers.withLock { ($0.handler, Array($0.streams.values), $0.monitors) }
-            for event in events {
+            let (handler, subjectHandler, streams, monitors) = self.subscribers.withLock {
+                ($0.handler, $0.subjectHandler, Array($0.streams.values), $0.monitors)
+            }
+            for (index, event) in events.enumerated() {
                 for monitor in monitors.values { monitor(event) }
                 handler?(event)
+                subjectHandler?(event, index < subjects.count ? subjects[index] : nil)
                 for stream in streams {
                     stream.yield(event)
                 }

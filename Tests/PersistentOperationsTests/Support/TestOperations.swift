@@ -110,6 +110,9 @@ struct QueueFixture {
     let clock = ManualRetryScheduler()
     let journal: String
     let events = Locked<[PersistentOperationEvent]>([])
+    /// Every event with its subject (``PersistentOperationQueue/eventHandlerWithSubject`` is set
+    /// on every fixture's queue, so that every test reads subjects as events are emitted).
+    let subjects = Locked<[(event: PersistentOperationEvent, subject: PersistentOperationEvent.Subject?)]>([])
     let queue: PersistentOperationQueue
 
     /// `underlyingQueue`: the dispatch queue the operation queue runs its operations on; by
@@ -121,13 +124,14 @@ struct QueueFixture {
         self.directory = try directory ?? TemporaryDirectory()
         queue = try Self.open(self.directory, clock: clock, maxConcurrent: maxConcurrent, suspended: suspended,
                               crashLoopLimit: crashLoopLimit, fileSystem: fileSystem, events: events, witness: witness,
-                              underlyingQueue: underlyingQueue)
+                              underlyingQueue: underlyingQueue, subjects: subjects)
     }
 
     static func open(
         _ directory: TemporaryDirectory, clock: ManualRetryScheduler, maxConcurrent: Int = 1, suspended: Bool = false,
         crashLoopLimit: Int = 3, fileSystem: FileSystem = .system, events: Locked<[PersistentOperationEvent]>,
-        witness: Bool = true, underlyingQueue: DispatchQueue? = nil
+        witness: Bool = true, underlyingQueue: DispatchQueue? = nil,
+        subjects: Locked<[(event: PersistentOperationEvent, subject: PersistentOperationEvent.Subject?)]>? = nil
     ) throws -> PersistentOperationQueue {
         let operationQueue = OperationQueue()
         operationQueue.maxConcurrentOperationCount = maxConcurrent
@@ -138,6 +142,9 @@ struct QueueFixture {
         configuration.installsCrashSignalHandlers = witness
         let queue = try PersistentOperationQueue(directory: directory.store, operationQueue: operationQueue, configuration: configuration)
         queue.eventHandler = { event in events.withLock { $0.append(event) } }
+        if let subjects {
+            queue.eventHandlerWithSubject = { event, subject in subjects.withLock { $0.append((event, subject)) } }
+        }
         queue.register(ScriptedUpload.self)
         queue.register(PlainNote.self)
         queue.register(SyncScriptedUpload.self)
