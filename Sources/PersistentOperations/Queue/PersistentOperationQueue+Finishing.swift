@@ -134,10 +134,7 @@ extension PersistentOperationQueue {
         if let held = forgotten.laneHeld {
             hub.emit(.laneHeld(lane: held.lane, by: PersistentOperationID(record: held.by)))
         }
-        for (dependent, due) in forgotten.unblocked {
-            hub.emit(.unblocked(PersistentOperationID(record: dependent)))
-            schedule(dependent, due: due)
-        }
+        scheduleUnblocked(forgotten.unblocked)
         signalProgress(resuming: forgotten.waiters)
         // Operations (and the dependents they held) are released here, outside every lock:
         // a deinit is user code.

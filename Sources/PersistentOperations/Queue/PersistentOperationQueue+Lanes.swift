@@ -223,7 +223,8 @@ extension PersistentOperationQueue {
         return positions
     }
 
-    /// Schedules entries whose turn came (``LaneChange/unblocked``), after the lock.
+    /// Schedules entries that waited for nothing but their prerequisites or their turn in a
+    /// lane (``LaneChange/unblocked``), after the lock.
     func scheduleUnblocked(_ unblocked: [(id: String, due: Date?)]) {
         for (id, due) in unblocked {
             hub.emit(.unblocked(PersistentOperationID(record: id)))
