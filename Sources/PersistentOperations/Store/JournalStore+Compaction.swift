@@ -74,8 +74,10 @@ extension JournalStore {
                 live += state.index.liveBytes(of: name)
             }
             // A store whose every record has gone (its work drained) starts over: the active
-            // segment is sealed and merged with the others into nothing.
-            let drained = state.index.entries.isEmpty && sealed + active.writer.size >= Int64(Self.drainedResetSize)
+            // segment is sealed and merged with the others into nothing. It does when sealed
+            // segments are left (a compaction that ran while the last records were being
+            // removed merged only some), or when the active segment alone has grown large.
+            let drained = state.index.entries.isEmpty && (sealed > 0 || active.writer.size >= Int64(Self.drainedResetSize))
             guard drained || (sealed >= Int64(configuration.compactionMinimumSize) && (sealed - live) * 2 > sealed) else { return false }
             if drained { rollActiveSegment(&state) }
             state.isCompacting = true
@@ -91,8 +93,9 @@ extension JournalStore {
         }
     }
 
-    /// The journal size past which a store with no records left starts over: 256 KiB (a
-    /// store that drains often, between every few operations, does not start a segment each time).
+    /// The size past which the active segment of a store with no records left (and no sealed
+    /// segment) starts over: 256 KiB (a store that drains often, between every few operations,
+    /// does not start a segment each time).
     static let drainedResetSize = 256 << 10
 
     /// What a merge copies.
