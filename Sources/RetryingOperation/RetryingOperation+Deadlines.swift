@@ -72,6 +72,48 @@ extension RetryingOperation {
         endAttempt(Self.attemptEnd(for: result), attempt: attempt)
     }
 
+    /// Ends attempt number `attempt` and waits for `retryHelpers` before the next one —
+    /// unless that attempt is no longer the one running, in which case the call is ignored
+    /// (and logged) and no helper is set up.
+    ///
+    /// The attempt-numbered form of ``baseOperationEnded(retryHelpers:countsTowardRetryLimit:)``,
+    /// for attempts with a timeout whose callback may come after the attempt was abandoned
+    /// (see ``baseOperationEnded(attempt:with:)``). Retry helpers are not `Sendable`, so they are
+    /// passed here rather than as a case of ``AttemptResult``.
+    ///
+    /// - Parameters:
+    ///   - attempt: The attempt's number, read from ``numberOfAttempts`` when it started.
+    ///   - retryHelpers: What to wait for. An empty array waits until ``retryNow()``,
+    ///     ``retry(in:)`` or ``retry(withHelpers:)`` is called, or the operation is cancelled.
+    ///   - countsTowardRetryLimit: `true` for an ordinary retry, counted in
+    ///     ``numberOfRetries`` and limited by ``retryPolicy``; `false` for a conditional
+    ///     retry (waiting for the network, say), which neither counts nor is limited.
+    ///
+    /// ```swift
+    /// override func startBaseOperation(isRetry: Bool) {
+    ///     let attempt = numberOfAttempts
+    ///     uploader.upload(file) { result in
+    ///         switch result {
+    ///         case .success:
+    ///             self.baseOperationEnded(attempt: attempt, with: .succeeded)
+    ///         case .failure(let error as URLError) where error.code == .notConnectedToInternet:
+    ///             // Wait for the network without spending a retry.
+    ///             self.baseOperationEnded(attempt: attempt,
+    ///                                     retryHelpers: [NetworkIsBackRetryHelper(operation: self)],
+    ///                                     countsTowardRetryLimit: false)
+    ///         case .failure(let error):
+    ///             self.baseOperationEnded(attempt: attempt, with: .retriableError(error))
+    ///         }
+    ///     }
+    /// }
+    /// ```
+    public final func baseOperationEnded(attempt: Int, retryHelpers: [RetryHelper], countsTowardRetryLimit: Bool) {
+        endAttempt(
+            .retry(after: .helpers(retryHelpers), counted: countsTowardRetryLimit, enforcesLimit: countsTowardRetryLimit, error: nil),
+            attempt: attempt
+        )
+    }
+
     static func attemptEnd(for result: AttemptResult) -> AttemptEnd {
         switch result {
         case .succeeded:

@@ -500,3 +500,81 @@ struct DeadlineDocumentationTests {
         #expect(fetcher.cancels == 1)
     }
 }
+
+/// A retry helper that writes its setup and teardown into the operation's event log.
+private struct LoggingRetryHelper: RetryHelper {
+    let name: String
+    let events: EventLog
+    func setup() { events.append("setup \(name)") }
+    func teardown() { events.append("teardown \(name)") }
+}
+
+@Suite(.timeLimit(.minutes(1)))
+struct AttemptNumberedRetryHelperTests {
+    @Test func anAttemptEndedByNumberWithHelpersWaitsForThemWithoutSpendingARetry() async {
+        // Given an operation allowed no counted retry, whose first attempt is running
+        let clock = ManualRetryScheduler()
+        let operation = ManuallyEndedOperation(clock: clock, policy: RetryPolicy(retryLimit: .maximum(0)))
+        operation.start()
+        #expect(operation.waitForStart())
+
+        // When the attempt ends by number with a helper, uncounted
+        operation.baseOperationEnded(attempt: 1, retryHelpers: [LoggingRetryHelper(name: "network", events: operation.events)], countsTowardRetryLimit: false)
+
+        // Then the operation waits for the helper, with no retry spent and no timer
+        #expect(operation.isWaitingToRetry)
+        #expect(operation.events.all == ["start 1", "setup network"])
+        #expect(operation.numberOfRetries == 0)
+        #expect(clock.pendingCount == 0)
+
+        // And when the helper's condition comes, the helper is torn down and the next attempt runs
+        operation.retryNow()
+        #expect(operation.waitForStart())
+        #expect(operation.events.all == ["start 1", "setup network", "teardown network", "start 2"])
+        #expect(operation.numberOfRetries == 0)
+        operation.end(attempt: 2, with: .succeeded)
+        #expect(await operation.finalOutcome.isSuccess)
+    }
+
+    @Test func aCountedEndWithHelpersIsLimitedByThePolicy() async {
+        // Given an operation allowed one counted retry
+        let clock = ManualRetryScheduler()
+        let operation = ManuallyEndedOperation(clock: clock, policy: RetryPolicy(retryLimit: .maximum(1)))
+        operation.start()
+        #expect(operation.waitForStart())
+
+        // When its first attempt ends with a helper, counted, and the helper lets it retry
+        operation.baseOperationEnded(attempt: 1, retryHelpers: [LoggingRetryHelper(name: "first", events: operation.events)], countsTowardRetryLimit: true)
+        operation.retryNow()
+        #expect(operation.waitForStart())
+        #expect(operation.numberOfRetries == 1)
+
+        // And its second attempt ends the same way
+        operation.baseOperationEnded(attempt: 2, retryHelpers: [LoggingRetryHelper(name: "second", events: operation.events)], countsTowardRetryLimit: true)
+
+        // Then the policy ends it: the retry limit is reached, and the second helper is never set up
+        #expect((await operation.finalOutcome.error as? RetryingOperationError)?.code == .retryLimitReached)
+        #expect(operation.events.all == ["start 1", "setup first", "teardown first", "start 2"])
+    }
+
+    @Test func aLateEndWithHelpersFromAnAbandonedAttemptIsIgnoredAndSetsNothingUp() async {
+        // Given an attempt abandoned at its 10 s timeout, and the second attempt running
+        let clock = ManualRetryScheduler()
+        let operation = ManuallyEndedOperation(clock: clock, policy: RetryPolicy(retryLimit: .maximum(3), backoff: .constant(1), jitter: .none, attemptTimeout: 10))
+        operation.start()
+        #expect(operation.waitForStart())
+        clock.advance(by: 10)
+        clock.advance(by: 1)
+        #expect(operation.waitForStart())
+
+        // When the first attempt's callback comes late, asking to wait for a helper
+        operation.baseOperationEnded(attempt: 1, retryHelpers: [LoggingRetryHelper(name: "late", events: operation.events)], countsTowardRetryLimit: false)
+
+        // Then it is ignored: the second attempt still runs, and the helper was never set up
+        #expect(operation.isExecuting && !operation.isWaitingToRetry)
+        #expect(!operation.events.all.contains("setup late"))
+        operation.end(attempt: 2, with: .succeeded)
+        #expect(await operation.finalOutcome.isSuccess)
+        #expect(operation.numberOfAttempts == 2)
+    }
+}
