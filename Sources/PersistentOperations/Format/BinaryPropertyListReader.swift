@@ -46,6 +46,46 @@ package enum BinaryPropertyListReader {
         return graph.entries(at: graph.topObject)
     }
 
+    /// Verifies `data` as ``value(from:)`` does and returns the values of the top dictionary's
+    /// entries whose keys `keys` names, by their position in `keys` (`nil` for a key the
+    /// dictionary does not have), or `nil` when the top object is not a dictionary. The other
+    /// entries are skipped without building their values, and no key is hashed: a record is
+    /// read field by field straight from its bytes.
+    package static func topLevelValues(from data: Data, forKeys keys: KeyTable) throws(Rejection) -> [PropertyListValue?]? {
+        let graph = try verifiedGraph(of: data)
+        return graph.values(at: graph.topObject, forKeys: keys)
+    }
+
+    /// The dictionary keys a reader looks for (``topLevelValues(from:forKeys:)``), found by
+    /// their ASCII bytes: grouped by length, compared byte by byte.
+    package struct KeyTable: Sendable {
+        /// The names, in the order their values are returned.
+        package let names: [String]
+        /// The positions in `names` of the names of each length (ASCII names only).
+        private let positionsByLength: [Int: [Int]]
+        private let bytes: [[UInt8]]
+
+        package init(_ names: [String]) {
+            self.names = names
+            bytes = names.map { Array($0.utf8) }
+            var positions: [Int: [Int]] = [:]
+            for (position, name) in bytes.enumerated() where name.allSatisfy({ $0 < 0x80 }) {
+                positions[name.count, default: []].append(position)
+            }
+            positionsByLength = positions
+        }
+
+        /// The position of the name whose ASCII characters are `characters`.
+        func position(ofASCII characters: ArraySlice<UInt8>) -> Int? {
+            positionsByLength[characters.count]?.first { bytes[$0].elementsEqual(characters) }
+        }
+
+        /// The position of `name` (a key not stored as ASCII), compared as `String`s are.
+        func position(of name: String) -> Int? {
+            names.firstIndex(of: name)
+        }
+    }
+
     /// Verifies `data` without building values; throws the reason when it is rejected.
     package static func verify(_ data: Data) throws(Rejection) {
         _ = try verifiedGraph(of: data)
@@ -60,17 +100,35 @@ package enum BinaryPropertyListReader {
 }
 
 /// The parsed, bounds-checked objects of one binary property list.
+///
+/// Objects are kept as what they are and where their bytes lie, not as values: a string,
+/// a data object or a container's references are read from `bytes` only when a value is
+/// built, so a parse allocates one array for the objects, not one for each of them.
 private struct ObjectGraph {
-    /// One object: a finished scalar value, or a container's references to other objects.
+    /// One object, parsed and checked: a number or a date as its value, a string or data as
+    /// the position of its bytes, a container as the position of its references.
     enum Object {
-        case scalar(PropertyListValue)
-        case array([Int])
-        case dictionary(keys: [Int], values: [Int])
+        case bool(Bool)
+        case integer(Int64)
+        case unsigned(UInt64)
+        case real(Double)
+        case date(Double)
+        /// `count` bytes from `start`.
+        case data(start: Int, count: Int)
+        /// `count` ASCII characters from `start`.
+        case asciiString(start: Int, count: Int)
+        /// `count` UTF-16 code units (big-endian, two bytes each) from `start`, checked valid.
+        case utf16String(start: Int, count: Int)
+        /// `count` references from `references`.
+        case array(count: Int, references: Int)
+        /// `count` key references from `references`, then `count` value references.
+        case dictionary(count: Int, references: Int)
     }
 
     let bytes: [UInt8]
     let objects: [Object]
     let topObject: Int
+    let referenceSize: Int
 
     init(bytes: [UInt8]) throws(BinaryPropertyListReader.Rejection) {
         let trailerSize = 32
@@ -104,53 +162,104 @@ private struct ObjectGraph {
             )
             objects.append(try parser.parseObject())
         }
-        for object in objects {
-            if case .dictionary(let keys, _) = object {
-                try Self.checkKeys(keys, of: objects)
-            }
-        }
         self.bytes = bytes
         self.objects = objects
         self.topObject = Int(topObject)
+        self.referenceSize = referenceSize
+        for object in objects {
+            if case .dictionary(let count, let references) = object {
+                try checkKeys(count: count, at: references)
+            }
+        }
+    }
+
+    /// The reference at position `index` of the list at `references` (checked in range when
+    /// the container was parsed).
+    func reference(_ index: Int, in references: Int) -> Int {
+        Int(Self.bigEndian(bytes, at: references + index * referenceSize, width: referenceSize))
     }
 
     /// Rejects a dictionary whose keys are not all strings, or not all different. A record's
     /// few keys are compared pair by pair (hashing each would cost more); many, through a set.
-    private static func checkKeys(_ keys: [Int], of objects: [Object]) throws(BinaryPropertyListReader.Rejection) {
-        var names: [String] = []
-        names.reserveCapacity(keys.count)
-        for key in keys {
-            guard case .scalar(.string(let name)) = objects[key] else { throw reject("dictionary key is not a string") }
-            names.append(name)
+    private func checkKeys(count: Int, at references: Int) throws(BinaryPropertyListReader.Rejection) {
+        for index in 0..<count {
+            switch objects[reference(index, in: references)] {
+            case .asciiString, .utf16String: continue
+            default: throw reject("dictionary key is not a string")
+            }
         }
-        if names.count <= 32 {
-            for index in names.indices {
-                for other in names.indices where other > index && names[other] == names[index] {
+        if count <= 32 {
+            for index in 0..<count {
+                let key = reference(index, in: references)
+                for other in (index + 1)..<count where sameString(key, reference(other, in: references)) {
                     throw reject("duplicate dictionary key")
                 }
             }
-        } else if Set(names).count != names.count {
+        } else if Set((0..<count).map { string(at: reference($0, in: references)) }).count != count {
             throw reject("duplicate dictionary key")
+        }
+    }
+
+    /// Whether the string objects `first` and `second` hold the same string (as `String`
+    /// compares them: an ASCII key and a UTF-16 key of the same characters are the same).
+    private func sameString(_ first: Int, _ second: Int) -> Bool {
+        if first == second { return true }
+        if case .asciiString(let start, let count) = objects[first], case .asciiString(let otherStart, let otherCount) = objects[second] {
+            return count == otherCount && bytes[start..<(start + count)].elementsEqual(bytes[otherStart..<(otherStart + otherCount)])
+        }
+        return string(at: first) == string(at: second)
+    }
+
+    /// The string object at `index` as a `String` (only called on string objects).
+    func string(at index: Int) -> String {
+        switch objects[index] {
+        case .asciiString(let start, let count):
+            return String(decoding: bytes[start..<(start + count)], as: UTF8.self)
+        case .utf16String(let start, let count):
+            var scalars = String.UnicodeScalarView()
+            var iterator = (0..<count).lazy.map { UInt16(bytes[start + 2 * $0]) << 8 | UInt16(bytes[start + 2 * $0 + 1]) }.makeIterator()
+            var decoder = UTF16()
+            while case .scalarValue(let scalar) = decoder.decode(&iterator) { scalars.append(scalar) }
+            return String(scalars)
+        default:
+            preconditionFailure("string(at:) is only called on string objects")
         }
     }
 
     /// The entries of the dictionary at `index`, in stored order, or `nil` when it is not a
     /// dictionary; only called after ``verifyReachableStructure()``.
     func entries(at index: Int) -> [(key: String, value: PropertyListValue)]? {
-        guard case .dictionary(let keys, let values) = objects[index] else { return nil }
+        guard case .dictionary(let count, let references) = objects[index] else { return nil }
         var entries: [(key: String, value: PropertyListValue)] = []
-        entries.reserveCapacity(keys.count)
-        for (key, value) in zip(keys, values) {
-            if case .scalar(.string(let name)) = objects[key] {
-                entries.append((name, self.value(at: value)))
-            }
+        entries.reserveCapacity(count)
+        for entry in 0..<count {
+            entries.append((string(at: reference(entry, in: references)), value(at: reference(count + entry, in: references))))
         }
         return entries
+    }
+
+    /// The values of the dictionary at `index` whose keys `keys` names, by position in
+    /// `keys`, or `nil` when it is not a dictionary; only called after ``verifyReachableStructure()``.
+    func values(at index: Int, forKeys keys: BinaryPropertyListReader.KeyTable) -> [PropertyListValue?]? {
+        guard case .dictionary(let count, let references) = objects[index] else { return nil }
+        var values = [PropertyListValue?](repeating: nil, count: keys.names.count)
+        for entry in 0..<count {
+            let key = reference(entry, in: references)
+            let position: Int?
+            if case .asciiString(let start, let length) = objects[key] {
+                position = keys.position(ofASCII: bytes[start..<(start + length)])
+            } else {
+                position = keys.position(of: string(at: key))
+            }
+            if let position { values[position] = value(at: reference(count + entry, in: references)) }
+        }
+        return values
     }
 
     /// Walks the graph from the top object without recursion: rejects cycles, deep nesting
     /// and graphs whose shared objects would expand to too many values.
     func verifyReachableStructure() throws(BinaryPropertyListReader.Rejection) {
+        if isFlat { return }
         let maximumDepth = BinaryPropertyListReader.maximumDepth
         let maximumValues = BinaryPropertyListReader.maximumValueCount(forByteCount: bytes.count)
         // 0 = unvisited, 1 = on the current path, 2 = finished.
@@ -190,20 +299,65 @@ private struct ObjectGraph {
         }
     }
 
+    /// Whether the walk of ``verifyReachableStructure()`` has nothing to find, because the top
+    /// object is shallow: a scalar, or a container whose children are scalars or arrays of
+    /// scalars (a record's body: a dictionary whose only containers are arrays of strings, its
+    /// tags, prerequisites and conditions). Such a graph has no cycle and nests at most 3 deep;
+    /// its values, expanded, are counted here against the same limit.
+    private var isFlat: Bool {
+        let (count, references): (Int, Int)
+        switch objects[topObject] {
+        case .array(let elements, let list): (count, references) = (elements, list)
+        case .dictionary(let entries, let list): (count, references) = (2 * entries, list)
+        default: return true
+        }
+        let maximumValues = BinaryPropertyListReader.maximumValueCount(forByteCount: bytes.count)
+        var total = 1
+        for index in 0..<count {
+            switch objects[reference(index, in: references)] {
+            case .dictionary:
+                return false
+            case .array(let elements, let list):
+                for element in 0..<elements {
+                    switch objects[reference(element, in: list)] {
+                    case .array, .dictionary: return false
+                    default: continue
+                    }
+                }
+                total += 1 + elements
+            default:
+                total += 1
+            }
+            // Past the limit: the walk finds it and names it.
+            guard total <= maximumValues else { return false }
+        }
+        return true
+    }
+
     /// The value tree under `index`; only called after ``verifyReachableStructure()``.
     func value(at index: Int) -> PropertyListValue {
         switch objects[index] {
-        case .scalar(let value):
-            return value
-        case .array(let elements):
-            return .array(elements.map { value(at: $0) })
-        case .dictionary(let keys, let values):
+        case .bool(let value):
+            return .bool(value)
+        case .integer(let value):
+            return .integer(value)
+        case .unsigned(let value):
+            return .unsigned(value)
+        case .real(let value):
+            return .real(value)
+        case .date(let interval):
+            return .date(Date(timeIntervalSinceReferenceDate: interval))
+        case .data(let start, let count):
+            return .data(Data(bytes[start..<(start + count)]))
+        case .asciiString, .utf16String:
+            return .string(string(at: index))
+        case .array(let count, let references):
+            return .array((0..<count).map { value(at: reference($0, in: references)) })
+        case .dictionary(let count, let references):
             var dictionary: [String: PropertyListValue] = [:]
-            dictionary.reserveCapacity(keys.count)
-            for (key, value) in zip(keys, values) {
-                if case .scalar(.string(let name)) = objects[key] {
-                    dictionary[name] = self.value(at: value)
-                }
+            dictionary.reserveCapacity(count)
+            for entry in 0..<count {
+                dictionary[string(at: reference(entry, in: references))] = value(at: reference(count + entry, in: references))
             }
             return .dictionary(dictionary)
         }
@@ -212,14 +366,12 @@ private struct ObjectGraph {
     /// The `position`th child of an object (dictionary keys first, then values), or `nil` past the end.
     private func child(of index: Int, at position: Int) -> Int? {
         switch objects[index] {
-        case .scalar:
+        case .array(let count, let references):
+            return position < count ? reference(position, in: references) : nil
+        case .dictionary(let count, let references):
+            return position < 2 * count ? reference(position, in: references) : nil
+        default:
             return nil
-        case .array(let elements):
-            return position < elements.count ? elements[position] : nil
-        case .dictionary(let keys, let values):
-            if position < keys.count { return keys[position] }
-            let valuePosition = position - keys.count
-            return valuePosition < values.count ? values[valuePosition] : nil
         }
     }
 
@@ -246,40 +398,47 @@ private struct ObjectParser {
         switch marker >> 4 {
         case 0x0:
             guard marker == 0x08 || marker == 0x09 else { throw reject("unsupported marker 0x\(hex(marker))") }
-            return .scalar(.bool(marker == 0x09))
+            return .bool(marker == 0x09)
         case 0x1:
-            return .scalar(try integer(exponent: low))
+            return try integer(exponent: low)
         case 0x2:
             guard low == 2 || low == 3 else { throw reject("invalid real width") }
             let raw = try unsigned(width: 1 << Int(low))
-            return .scalar(.real(low == 2 ? Double(Float(bitPattern: UInt32(raw))) : Double(bitPattern: raw)))
+            return .real(low == 2 ? Double(Float(bitPattern: UInt32(raw))) : Double(bitPattern: raw))
         case 0x3:
             guard low == 3 else { throw reject("invalid date marker") }
-            return .scalar(.date(Date(timeIntervalSinceReferenceDate: Double(bitPattern: try unsigned(width: 8)))))
+            return .date(Double(bitPattern: try unsigned(width: 8)))
         case 0x4:
-            return .scalar(.data(Data(try take(try count(low)))))
+            let count = try count(low)
+            return .data(start: try take(count), count: count)
         case 0x5:
-            let characters = try take(try count(low))
-            guard characters.allSatisfy({ $0 < 0x80 }) else { throw reject("non-ASCII byte in ASCII string") }
-            return .scalar(.string(String(decoding: characters, as: UTF8.self)))
+            let count = try count(low)
+            let start = try take(count)
+            for index in start..<(start + count) where bytes[index] >= 0x80 {
+                throw reject("non-ASCII byte in ASCII string")
+            }
+            return .asciiString(start: start, count: count)
         case 0x6:
-            let (byteCount, overflow) = try count(low).multipliedReportingOverflow(by: 2)
+            let units = try count(low)
+            let (byteCount, overflow) = units.multipliedReportingOverflow(by: 2)
             guard !overflow else { throw reject("string length overflows") }
-            let raw = Array(try take(byteCount))
-            let units = stride(from: 0, to: raw.count, by: 2).map { UInt16(raw[$0]) << 8 | UInt16(raw[$0 + 1]) }
-            return .scalar(.string(try Self.decodeUTF16(units)))
+            let start = try take(byteCount)
+            try Self.checkUTF16(bytes, from: start, units: units)
+            return .utf16String(start: start, count: units)
         case 0xA:
-            return .array(try references(try count(low)))
+            let count = try count(low)
+            return .array(count: count, references: try references(count))
         case 0xD:
             let entries = try count(low)
-            let keys = try references(entries)
-            return .dictionary(keys: keys, values: try references(entries))
+            let (references, overflow) = entries.multipliedReportingOverflow(by: 2)
+            guard !overflow else { throw reject("container larger than the remaining bytes") }
+            return .dictionary(count: entries, references: try self.references(references))
         default:
             throw reject("unsupported marker 0x\(hex(marker))")
         }
     }
 
-    private mutating func integer(exponent: UInt8) throws(BinaryPropertyListReader.Rejection) -> PropertyListValue {
+    private mutating func integer(exponent: UInt8) throws(BinaryPropertyListReader.Rejection) -> ObjectGraph.Object {
         switch exponent {
         case 0, 1, 2:
             return .integer(Int64(try unsigned(width: 1 << Int(exponent))))
@@ -303,22 +462,21 @@ private struct ObjectParser {
         return Int(value)
     }
 
-    private mutating func references(_ count: Int) throws(BinaryPropertyListReader.Rejection) -> [Int] {
+    /// Checks `count` references, each below the object count, and returns where they start.
+    private mutating func references(_ count: Int) throws(BinaryPropertyListReader.Rejection) -> Int {
         let (byteCount, overflow) = count.multipliedReportingOverflow(by: referenceSize)
         guard !overflow, byteCount <= end - position else { throw reject("container larger than the remaining bytes") }
-        var result: [Int] = []
-        result.reserveCapacity(count)
+        let start = position
         for _ in 0..<count {
             let reference = try unsigned(width: referenceSize)
             guard reference < objectCount else { throw reject("object reference out of range") }
-            result.append(Int(reference))
         }
-        return result
+        return start
     }
 
     private mutating func unsigned(width: Int) throws(BinaryPropertyListReader.Rejection) -> UInt64 {
-        let raw = try take(width)
-        return raw.reduce(0) { $0 << 8 | UInt64($1) }
+        let start = try take(width)
+        return ObjectGraph.bigEndian(bytes, at: start, width: width)
     }
 
     private mutating func takeByte() throws(BinaryPropertyListReader.Rejection) -> UInt8 {
@@ -327,21 +485,22 @@ private struct ObjectParser {
         return bytes[position]
     }
 
-    /// The next `byteCount` bytes; the slice keeps the indices of `bytes`.
-    private mutating func take(_ byteCount: Int) throws(BinaryPropertyListReader.Rejection) -> ArraySlice<UInt8> {
+    /// Skips the next `byteCount` bytes, and returns where they start.
+    private mutating func take(_ byteCount: Int) throws(BinaryPropertyListReader.Rejection) -> Int {
         guard byteCount >= 0, byteCount <= end - position else { throw reject("object runs past the object area") }
         defer { position += byteCount }
-        return bytes[position..<(position + byteCount)]
+        return position
     }
 
-    private static func decodeUTF16(_ units: [UInt16]) throws(BinaryPropertyListReader.Rejection) -> String {
-        var scalars = String.UnicodeScalarView()
-        var iterator = units.makeIterator()
+    /// Rejects `units` big-endian UTF-16 code units from `start` that are not valid UTF-16
+    /// (an unpaired surrogate).
+    private static func checkUTF16(_ bytes: [UInt8], from start: Int, units: Int) throws(BinaryPropertyListReader.Rejection) {
+        var iterator = (0..<units).lazy.map { UInt16(bytes[start + 2 * $0]) << 8 | UInt16(bytes[start + 2 * $0 + 1]) }.makeIterator()
         var decoder = UTF16()
         while true {
             switch decoder.decode(&iterator) {
-            case .scalarValue(let scalar): scalars.append(scalar)
-            case .emptyInput: return String(scalars)
+            case .scalarValue: continue
+            case .emptyInput: return
             case .error: throw reject("invalid UTF-16 string")
             }
         }

@@ -60,10 +60,11 @@ extension OperationRecord {
         try self.init(fields: Fields(dictionary.lazy.map { ($0.key, $0.value) }), headerVersion: headerVersion)
     }
 
-    /// Reads a record from the entries of a verified property-list body's top dictionary
-    /// (``BinaryPropertyListReader/topLevelEntries(from:)``); see ``init(propertyListValue:headerVersion:)``.
-    init(topLevelEntries entries: [(key: String, value: PropertyListValue)], headerVersion: Int) throws {
-        try self.init(fields: Fields(entries), headerVersion: headerVersion)
+    /// Reads a record from the values of a verified property-list body's top dictionary, by
+    /// key (``BinaryPropertyListReader/topLevelValues(from:forKeys:)`` with
+    /// ``Fields/keyTable``); see ``init(propertyListValue:headerVersion:)``.
+    init(fieldValues values: [PropertyListValue?], headerVersion: Int) throws {
+        try self.init(fields: Fields(values: values), headerVersion: headerVersion)
     }
 
     /// The values of a body's known keys: each entry's key is looked up once as the entries
@@ -81,12 +82,21 @@ extension OperationRecord {
             fileprivate static let byName = Dictionary(uniqueKeysWithValues: allCases.map { ($0.name, $0) })
         }
 
+        /// The keys, by ``Key/rawValue``, for ``BinaryPropertyListReader/topLevelValues(from:forKeys:)``.
+        static let keyTable = BinaryPropertyListReader.KeyTable(Key.allCases.map(\.name))
+
         private var values: [PropertyListValue?] = Array(repeating: nil, count: Key.allCases.count)
 
         init<Entries: Sequence<(String, PropertyListValue)>>(_ entries: Entries) {
             for (name, value) in entries {
                 if let key = Key.byName[name] { values[key.rawValue] = value }
             }
+        }
+
+        /// The values read by ``keyTable``: one for each ``Key``, in order.
+        init(values: [PropertyListValue?]) {
+            precondition(values.count == Key.allCases.count, "one value for each key")
+            self.values = values
         }
 
         subscript(key: Key) -> PropertyListValue? { values[key.rawValue] }

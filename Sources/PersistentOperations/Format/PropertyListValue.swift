@@ -5,7 +5,7 @@ import Foundation
 /// Records are written by ``BinaryPropertyListWriter`` and read by
 /// ``BinaryPropertyListReader`` rather than by `PropertyListEncoder`/`PropertyListDecoder`,
 /// so that every string (including `"$null"`) and every date reads back exactly.
-package indirect enum PropertyListValue: Equatable, Sendable {
+package enum PropertyListValue: Equatable, Sendable {
     /// A Boolean.
     case bool(Bool)
     /// A signed integer.

@@ -135,14 +135,14 @@ package enum RecordFormat {
         guard checksumVerified || readBigEndian(file, at: 16, width: 4) == UInt64(CRC32.checksum(of: body)) else {
             throw corrupt("checksum mismatch")
         }
-        let entries: [(key: String, value: PropertyListValue)]?
+        let values: [PropertyListValue?]?
         do {
-            entries = try BinaryPropertyListReader.topLevelEntries(from: body)
+            values = try BinaryPropertyListReader.topLevelValues(from: body, forKeys: OperationRecord.Fields.keyTable)
         } catch {
             throw corrupt("invalid property list body: \(error.reason)")
         }
-        guard let entries else { throw corrupt("the body is not a dictionary") }
-        return try OperationRecord(topLevelEntries: entries, headerVersion: Int(version))
+        guard let values else { throw corrupt("the body is not a dictionary") }
+        return try OperationRecord(fieldValues: values, headerVersion: Int(version))
     }
 
     // MARK: Payloads
