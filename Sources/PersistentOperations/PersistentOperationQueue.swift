@@ -69,6 +69,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         var idsByOperation: [ObjectIdentifier: String] = [:]
         var unknownTypeRecords: [String: UnknownTypeRecord] = [:]
         var isClosed = false
+        /// ``PersistentOperationQueue/shutDown(gracePeriod:stopGracePeriod:)`` began: nothing
+        /// new starts, and the queue closes once the attempts in flight have ended or stopped.
+        var isShuttingDown = false
         var emptyWaiters: [EmptyWaiter] = []
         /// Slots added to the `OperationQueue` that have not finished.
         var slotsInQueue = 0
@@ -563,7 +566,11 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// ```
     public var isSuspended: Bool {
         get { operationQueue.isSuspended }
-        set { operationQueue.isSuspended = newValue }
+        set {
+            // A shutdown keeps the queue suspended until it closes.
+            if !newValue, state.withLock({ $0.isShuttingDown }) { return }
+            operationQueue.isSuspended = newValue
+        }
     }
 
     /// Called with every event, in order, on a private serial queue.

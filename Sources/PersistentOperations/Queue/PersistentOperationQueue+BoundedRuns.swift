@@ -45,7 +45,7 @@ extension PersistentOperationQueue {
         precondition(idleLimit >= 0, "a bounded run's idle limit must not be negative (or NaN)")
         let run = BoundedRun(queue: self, deadline: deadline, idleLimit: idleLimit, stopGracePeriod: stopGracePeriod, startedAt: timer.now)
         let key = ObjectIdentifier(run)
-        guard state.withLock({ !$0.isClosed }) else {
+        guard state.withLock({ !$0.isClosed && !$0.isShuttingDown }) else {
             run.end(.queueClosed)
             return run
         }
@@ -203,7 +203,7 @@ extension PersistentOperationQueue {
 
     /// The entries whose attempt runs in a slot, or whose retry's record is being saved, with
     /// their operations.
-    private func runningAttempts() -> [(id: String, operation: Operation)] {
+    func runningAttempts() -> [(id: String, operation: Operation)] {
         state.withLock { state in
             state.entries.compactMap { id, entry in
                 guard let operation = entry.operation else { return nil }
@@ -216,7 +216,7 @@ extension PersistentOperationQueue {
     /// Stops every `RetryingOperation` attempt in flight, and the ones whose slot raced with
     /// the suspension, until none runs or `grace` has passed. Returns the stopped entries, and
     /// those still running (plain operations, and attempts that did not end in time).
-    private func stopAttemptsInFlight(grace: TimeInterval) -> (stopped: [String], stillRunning: [String]) {
+    func stopAttemptsInFlight(grace: TimeInterval) -> (stopped: [String], stillRunning: [String]) {
         let limit = DispatchTime.now() + grace
         var stopped = Set<String>()
         var running: [(id: String, operation: Operation)] = []
@@ -235,7 +235,7 @@ extension PersistentOperationQueue {
         }
         let stillRunning = running.map(\.id)
         if !stillRunning.isEmpty {
-            log(.warning, "a bounded run ended with \(stillRunning.count) attempt(s) still running (plain operations, or attempts that did not end within \(grace) s); their records stay pending")
+            log(.warning, "\(stillRunning.count) attempt(s) still running after the stop (plain operations, or attempts that did not end within \(grace) s); their records stay pending")
         }
         return (Array(stopped.subtracting(stillRunning)), stillRunning)
     }

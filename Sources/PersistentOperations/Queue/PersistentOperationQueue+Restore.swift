@@ -46,7 +46,9 @@ extension PersistentOperationQueue {
     /// ```
     ///
     /// - Throws: ``PersistenceError`` when the pending directory cannot be listed, or a bad
-    ///   entry cannot be moved to the quarantine area.
+    ///   entry cannot be moved to the quarantine area;
+    ///   ``PersistenceError/Code/storeNotWritable`` when the queue is closed or shutting down
+    ///   (``shutDown(gracePeriod:stopGracePeriod:)``).
     @discardableResult
     public func restore() throws -> RestoreReport {
         try checkOpen()
@@ -54,6 +56,10 @@ extension PersistentOperationQueue {
         // restored records is resolved against the tracked ones.
         graphLock.lock()
         defer { graphLock.unlock() }
+        // (Checked under the lock that a shutdown waits for: no restore runs as it closes.)
+        if state.withLock({ $0.isShuttingDown }) {
+            throw PersistenceError(.storeNotWritable, "The queue is shutting down.", fileURL: directory)
+        }
         var suspects = store.suspects()
         // The suspects whose records are pending (the others' records are gone).
         var suspectsPending: Set<String> = []

@@ -117,6 +117,13 @@ extension PersistentOperationQueue {
                 return .release
             }
             if isSuspended { return .release }
+            if state.isShuttingDown && !state.isClosed {
+                // Started as the shutdown suspended the queue: it starts nothing, and waits in
+                // no heap (never given another slot) until the queue closes.
+                entry.phase = .ready
+                state.entries[slot.recordID] = entry
+                return .release
+            }
             if state.isClosed {
                 // A closed queue starts nothing new (a timer of the closed queue may still fire
                 // while another queue works on the store): only a retry of an attempt that was
