@@ -68,10 +68,14 @@ public struct PersistenceError: Error, CustomStringConvertible, Sendable {
         /// An operation was added with a run condition no provider is registered for; call
         /// ``PersistentOperationQueue/register(_:as:)`` first.
         public static let unknownCondition = Code("unknownCondition")
-        /// The enqueue options cannot be used as given: a ``RepeatSchedule`` whose interval is
-        /// not positive or whose flex is outside `0...interval`, or a periodic operation added
-        /// with `addOperations`.
+        /// The options cannot be used as given: a ``RepeatSchedule`` whose interval is not
+        /// positive or whose flex is outside `0...interval`, a periodic operation or a unique
+        /// key given to `addOperations`, a page limit below 1, or a
+        /// ``PersistentOperationQueue/Configuration`` a queue cannot open with.
         public static let invalidOptions = Code("invalidOptions")
+        /// The operation was already added (to this queue, or twice to one batch), or has
+        /// started or finished: an `Operation` runs once. Nothing was stored.
+        public static let operationAlreadyAdded = Code("operationAlreadyAdded")
     }
 
     /// The kind of failure.

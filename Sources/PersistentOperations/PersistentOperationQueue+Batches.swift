@@ -3,6 +3,17 @@ import Foundation
 extension PersistentOperationQueue {
     // MARK: - Adding several operations
 
+    /// Throws ``PersistenceError/Code/operationAlreadyAdded`` unless `operation` may be added:
+    /// an operation runs once, so it is added to one queue, once, before it starts.
+    func checkNotAdded(_ operation: Operation) throws {
+        guard !operation.isExecuting, !operation.isFinished, identifier(of: operation) == nil else {
+            throw PersistenceError(
+                .operationAlreadyAdded,
+                "This \(type(of: operation)) was already added to the queue, or has started or finished: an operation runs once. Create a new operation to run the work again."
+            )
+        }
+    }
+
     /// Stores `operations` durably as one batch — all of them or none — then schedules them,
     /// and returns their identifiers in the order given.
     ///
@@ -47,10 +58,13 @@ extension PersistentOperationQueue {
     /// try queue.addOperations(photoUploads, options: EnqueueOptions(tags: ["album:Hike"]))
     /// ```
     ///
-    /// `options` must have no unique key: a key names one operation, not a batch.
+    /// `options` must have no unique key (a key names one operation, not a batch) and no
+    /// repeat schedule: such options throw ``PersistenceError/Code/invalidOptions``.
     @discardableResult
     public func addOperations(_ operations: [any PersistentOperation], options: EnqueueOptions) throws -> [PersistentOperationID] {
-        precondition(options.uniqueKey == nil, "addOperations(_:options:) takes no unique key; add operations with a unique key one at a time")
+        if options.uniqueKey != nil {
+            throw PersistenceError(.invalidOptions, "addOperations(_:options:) takes no unique key: a key names one operation, not a batch. Add operations with a unique key one at a time.")
+        }
         if options.repeating != nil {
             throw PersistenceError(.invalidOptions, "addOperations(_:options:) cannot add periodic operations (options.repeating); add each series with addOperation(_:options:).")
         }
@@ -58,12 +72,11 @@ extension PersistentOperationQueue {
         guard !operations.isEmpty else { return [] }
         var batch: [ObjectIdentifier: String] = [:]
         for operation in operations {
-            precondition(
-                !operation.isExecuting && !operation.isFinished && identifier(of: operation) == nil,
-                "An operation can be added to a PersistentOperationQueue only once, before it starts"
-            )
+            try checkNotAdded(operation)
             let key = ObjectIdentifier(operation)
-            precondition(batch[key] == nil, "addOperations(_:) was given the same operation twice")
+            guard batch[key] == nil else {
+                throw PersistenceError(.operationAlreadyAdded, "addOperations(_:) was given the same \(type(of: operation)) twice; nothing was stored.")
+            }
             batch[key] = RecordIdentifier.make()
         }
         var payloads: [Data] = []

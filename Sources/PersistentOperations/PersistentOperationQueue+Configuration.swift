@@ -29,14 +29,13 @@ extension PersistentOperationQueue {
         /// kill while active with several in flight, each of them runs its next attempt alone
         /// once the other due work is done, and the kills on file are cleared. A kill while the
         /// app is not active is attributed to nobody. See <doc:ResumingAfterACrash>.
-        public var crashLoopLimit: Int {
-            didSet { precondition(crashLoopLimit >= 1, "crashLoopLimit must be at least 1") }
-        }
+        /// At least 1: a queue opened with less throws ``PersistenceError/Code/invalidOptions``.
+        public var crashLoopLimit: Int
         /// The largest record file written (larger payloads are refused) or read (larger
         /// files are quarantined), in bytes. Default: ``defaultMaximumRecordSize``.
-        public var maximumRecordSize: Int {
-            didSet { precondition(maximumRecordSize > RecordFormat.headerSize, "maximumRecordSize is too small to hold a record") }
-        }
+        /// More than the record header's 20 bytes: a queue opened with less throws
+        /// ``PersistenceError/Code/invalidOptions``.
+        public var maximumRecordSize: Int
         /// The clock and timer for not-before dates and for the retry waits of operations
         /// that use the default scheduler. Default: a `DispatchRetryScheduler`. Tests pass a
         /// `ManualRetryScheduler` to move time by hand.
@@ -93,8 +92,6 @@ extension PersistentOperationQueue {
             durability: Durability = .flushed,
             strictRemovals: Bool = false
         ) {
-            precondition(crashLoopLimit >= 1, "crashLoopLimit must be at least 1")
-            precondition(maximumRecordSize > RecordFormat.headerSize, "maximumRecordSize is too small to hold a record")
             self.crashLoopLimit = crashLoopLimit
             self.maximumRecordSize = maximumRecordSize
             self.scheduler = scheduler

@@ -205,7 +205,18 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     ///     directory: storeURL, operationQueue: OperationQueue(),
     ///     configuration: .init(crashLoopLimit: 5))
     /// ```
+    ///
+    /// - Throws: the errors of ``init(directory:operationQueue:)``, and
+    ///   ``PersistenceError/Code/invalidOptions`` when `configuration` cannot be used (a
+    ///   ``Configuration/crashLoopLimit`` below 1, a ``Configuration/maximumRecordSize`` too
+    ///   small to hold a record).
     public init(directory: URL, operationQueue: OperationQueue, configuration: Configuration) throws {
+        guard configuration.crashLoopLimit >= 1 else {
+            throw PersistenceError(.invalidOptions, "Configuration.crashLoopLimit is \(configuration.crashLoopLimit); it must be at least 1.", fileURL: directory)
+        }
+        guard configuration.maximumRecordSize > RecordFormat.headerSize else {
+            throw PersistenceError(.invalidOptions, "Configuration.maximumRecordSize is \(configuration.maximumRecordSize) bytes, too small to hold a record (more than \(RecordFormat.headerSize) bytes).", fileURL: directory)
+        }
         self.directory = directory
         self.operationQueue = operationQueue
         self.configuration = configuration
@@ -353,7 +364,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     ///   when the payload cannot be stored exactly, ``PersistenceError/Code/invalidDependency``
     ///   when a dependency is not an operation of this queue (or is the operation itself),
     ///   ``PersistenceError/Code/prerequisiteFailed`` when one already failed for good or was
-    ///   cancelled, ``PersistenceError/Code/writeFailed`` /
+    ///   cancelled, ``PersistenceError/Code/operationAlreadyAdded`` when the operation was
+    ///   added before or has started (an `OperationQueue` raises an exception there),
+    ///   ``PersistenceError/Code/writeFailed`` /
     ///   ``PersistenceError/Code/directoryUnavailable`` when the disk fails. After an error
     ///   nothing was stored and the operation will not run.
     public func addOperation<Op: PersistentOperation>(_ operation: Op) throws {
@@ -385,10 +398,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     ///   when an add with a unique key before ``restore()`` cannot list the stored records.
     @discardableResult
     public func addOperation<Op: PersistentOperation>(_ operation: Op, options: EnqueueOptions) throws -> EnqueueResult {
-        precondition(
-            !operation.isExecuting && !operation.isFinished && identifier(of: operation) == nil,
-            "An operation can be added to a PersistentOperationQueue only once, before it starts"
-        )
+        try checkNotAdded(operation)
         let typeIdentifier = Op.persistenceIdentifier
         try checkRegistered(typeIdentifier, of: Op.self)
         try checkConditionsRegistered(options.conditions)

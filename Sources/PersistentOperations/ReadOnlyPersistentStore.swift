@@ -142,10 +142,12 @@ public final class ReadOnlyPersistentStore: Sendable {
     /// }
     /// ```
     ///
-    /// - Precondition: `limit` is greater than 0.
-    /// - Throws: ``PersistenceError`` when the area cannot be listed.
+    /// - Throws: ``PersistenceError`` when the area cannot be listed, and
+    ///   ``PersistenceError/Code/invalidOptions`` when `limit` is less than 1.
     public func pendingRecords(after cursor: StoredOperationRecord?, limit: Int) throws -> RecordList {
-        precondition(limit > 0, "A page holds at least one record.")
+        guard limit > 0 else {
+            throw PersistenceError(.invalidOptions, "A page holds at least one record: the limit is \(limit).")
+        }
         return try store.withReadSnapshot {
             let start = cursor.map { RunOrder(priority: $0.priority, enqueueSequence: $0.enqueueSequence) }
             var kept: [OperationRecord] = []

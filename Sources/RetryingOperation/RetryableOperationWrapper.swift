@@ -114,8 +114,7 @@ public final class RetryableOperationWrapper<T: RetryableOperation>: RetryingOpe
         switch retryLimit {
         case .unlimited: maximum = -1
         case .maximum(let limit):
-            precondition(limit >= 0, "retryLimit .maximum(\(limit)) is negative; use .unlimited")
-            maximum = limit
+            maximum = max(0, limit)   // a negative maximum allows no retry, as in a RetryPolicy
         }
         self.init(maximumNumberOfRetries: maximum, baseOperation: baseOperation, baseOperationQueue: baseOperationQueue)
     }

@@ -291,6 +291,20 @@ struct DocumentationExampleTests {
         #expect(wrapper.currentBaseOperation.data == Data())
     }
 
+    @Test func aNegativeRetryLimitAllowsNoRetryInsteadOfTrapping() async {
+        // Given a wrapper built with a negative maximum (a value read from a configuration file),
+        // whose download fails with a transient error
+        let clock = ManualRetryScheduler()
+        let transport = FakeTransport(answers: [.failure(DownloadError(isTransient: true)), .success(Data())])
+        let wrapper = RetryableOperationWrapper(baseOperation: RetryableDownload(url: photo, transport: transport), retryLimit: .maximum(-2))
+        wrapper.retryScheduler = clock
+        makeQueue().addOperation(wrapper)
+        // Then it gives up after the first attempt, as a policy with `.maximum(0)` does
+        #expect((await wrapper.finalOutcome.error as? RetryingOperationError)?.code == .retryLimitReached)
+        #expect(wrapper.numberOfAttempts == 1)
+        #expect(wrapper.maximumNumberOfRetries == 0)
+    }
+
     @Test func aFinalSubclassMakesANonFinalOperationClassRetryableWithAFreshCopyPerRetry() async {
         // Given the final subclass of a framework's non-final download operation, failing
         // twice with a transient error

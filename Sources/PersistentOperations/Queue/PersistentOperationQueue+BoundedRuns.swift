@@ -32,8 +32,8 @@ extension PersistentOperationQueue {
     ///   - idleLimit: The run ends, ``BoundedRunReport/Ending-swift.enum/drained`` or
     ///     ``BoundedRunReport/Ending-swift.enum/blocked``, as soon as no attempt runs or waits
     ///     for a slot and nothing can start within this many seconds (on the queue's clock),
-    ///     even before `deadline`; `.infinity` to look as far as the deadline. Not negative.
-    ///     Default: ``BoundedRun/defaultIdleLimit`` (30 seconds).
+    ///     even before `deadline`; `.infinity` to look as far as the deadline. A negative or
+    ///     NaN limit counts as 0. Default: ``BoundedRun/defaultIdleLimit`` (30 seconds).
     ///   - stopGracePeriod: How long, at most, the end of the run waits (in real time) for the
     ///     attempts it stops to end and their records to be saved before the report is made.
     ///     Default: ``BoundedRun/defaultStopGracePeriod`` (1 second).
@@ -42,7 +42,7 @@ extension PersistentOperationQueue {
         idleLimit: TimeInterval = BoundedRun.defaultIdleLimit,
         stopGracePeriod: TimeInterval = BoundedRun.defaultStopGracePeriod
     ) -> BoundedRun {
-        precondition(idleLimit >= 0, "a bounded run's idle limit must not be negative (or NaN)")
+        let idleLimit = idleLimit >= 0 ? idleLimit : 0   // (NaN too)
         let run = BoundedRun(queue: self, deadline: deadline, idleLimit: idleLimit, stopGracePeriod: stopGracePeriod, startedAt: timer.now)
         let key = ObjectIdentifier(run)
         guard state.withLock({ !$0.isClosed && !$0.isShuttingDown }) else {
