@@ -44,6 +44,16 @@ extension PersistentOperationQueue {
         /// and in order with them (never while the queue holds a lock of its own). Default:
         /// `nil` (no logging).
         public var logHandler: RetryLogHandler?
+        /// Given to each `RetryingOperation` the queue runs — added in this process or restored
+        /// from the store — that has no ``RetryingOperation/logHandler`` of its own when the
+        /// queue takes it, so that restored operations log where the app's do without a global.
+        /// Default: `nil` (operations keep their own, or none).
+        ///
+        /// ```swift
+        /// var configuration = PersistentOperationQueue.Configuration()
+        /// configuration.operationLogHandler = .standardError(minimumLevel: .info)
+        /// ```
+        public var operationLogHandler: RetryLogHandler?
 
         /// Whether the queue installs handlers for the crash signals (SIGSEGV, SIGBUS, SIGILL,
         /// SIGTRAP, SIGFPE, SIGABRT) that note, in the store, that the process crashed, so that

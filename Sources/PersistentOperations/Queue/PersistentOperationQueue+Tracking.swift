@@ -79,6 +79,9 @@ extension PersistentOperationQueue {
         if let retrying = operation as? RetryingOperation {
             if let expiresAt { retrying.expirationDate = expiresAt }
             retrying.driver = OperationTracker(recordID: id, queue: self)
+            if let handler = configuration.operationLogHandler, retrying.logHandler == nil {
+                retrying.logHandler = handler
+            }
             if retrying.retryScheduler is DispatchRetryScheduler {
                 retrying.retryScheduler = timer
             }
