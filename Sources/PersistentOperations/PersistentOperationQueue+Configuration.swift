@@ -45,7 +45,7 @@ extension PersistentOperationQueue {
         /// `nil` (no logging).
         public var logHandler: RetryLogHandler?
         /// Given to each `RetryingOperation` the queue runs — added in this process or restored
-        /// from the store — that has no ``RetryingOperation/logHandler`` of its own when the
+        /// from the store — that has no `logHandler` of its own when the
         /// queue takes it, so that restored operations log where the app's do without a global.
         /// Default: `nil` (operations keep their own, or none).
         ///
