@@ -108,6 +108,28 @@ struct ShutdownTests {
         #expect(throws: PersistenceError.self) { try fixture.queue.restore() }
     }
 
+    @Test func anInfiniteGracePeriodWaitsForTheAttemptsInFlightToEnd() async throws {
+        // Given an attempt in flight that ends half a second after the shutdown begins
+        let fixture = try QueueFixture(maxConcurrent: 1)
+        fixture.queue.register(GatedUpload.self)
+        let gated = try fixture.queue.addOperation(GatedUpload(payload: UploadPayload(name: "gated", journal: fixture.journal)), options: EnqueueOptions()).id
+        #expect(try await eventually { fixture.lines.contains("gated#1 retry=false") })
+        let queue = fixture.queue
+        let gate = GatedUpload.gate("gated", journal: fixture.journal)
+        Thread.detachNewThread {
+            let giveUp = Date().addingTimeInterval(30)
+            while !queue.isSuspended, Date() < giveUp { usleep(1_000) }
+            usleep(500_000)
+            gate.signal()
+        }
+        // When the queue shuts down with no limit on the grace period
+        let report = await queue.shutDown(gracePeriod: .infinity)
+        // Then it waited for the attempt, which succeeded
+        #expect(report.endedInGracePeriod == [gated])
+        #expect(report.stopped.isEmpty && report.stillRunning.isEmpty)
+        #expect(try fixture.pendingRecords().isEmpty)
+    }
+
     @Test func aBoundedRunEndsWithTheShutdownWhichGivesItsAttemptsTheGracePeriodAndNoRunStartsAfter() async throws {
         // Given a bounded run whose attempt never ends by itself
         let fixture = try QueueFixture(maxConcurrent: 2, suspended: true)

@@ -33,8 +33,9 @@ extension PersistentOperationQueue {
     /// delivered.
     ///
     /// - Parameters:
-    ///   - gracePeriod: Seconds of real time the attempts in flight have to end by themselves.
-    ///     Default: ``ShutdownReport/defaultGracePeriod`` (10 s).
+    ///   - gracePeriod: Seconds of real time the attempts in flight have to end by themselves;
+    ///     `.infinity` to wait until they all have. Default:
+    ///     ``ShutdownReport/defaultGracePeriod`` (10 s).
     ///   - stopGracePeriod: Seconds of real time, after the grace period, for the stopped
     ///     attempts to end and their records to be saved. Default:
     ///     ``ShutdownReport/defaultStopGracePeriod`` (1 s).
@@ -91,7 +92,8 @@ extension PersistentOperationQueue {
 
         // 2. The attempts in flight end by themselves, or the grace period passes.
         let inFlight = Set(runningAttempts().map(\.id))
-        let graceEnd = started + max(0, gracePeriod.isFinite ? gracePeriod : 0)
+        // (An infinite or very long grace period waits until they have all ended; NaN counts as 0.)
+        let graceEnd: DispatchTime = gracePeriod > 1e9 ? .distantFuture : started + (gracePeriod > 0 ? gracePeriod : 0)
         while !runningAttempts().isEmpty, DispatchTime.now() < graceEnd {
             usleep(2_000)
         }
