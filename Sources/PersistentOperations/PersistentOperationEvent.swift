@@ -74,9 +74,19 @@ public enum PersistentOperationEvent: Sendable, Hashable {
 
 extension PersistentOperationEvent {
     /// What an event's operation is, as the queue knew it when it emitted the event: for
-    /// ``PersistentOperationQueue/eventHandlerWithSubject``, so that an app can tell which
-    /// kind of work finished (a badge per conversation, a count per type) without a map of
-    /// its own.
+    /// ``PersistentOperationQueue/eventHandlerWithSubject`` and
+    /// ``PersistentOperationQueue/addEventObserver(_:)``, so that an app can tell which kind of
+    /// work finished (a badge per conversation, a count per type) without a map of its own,
+    /// and a metrics backend can time attempts.
+    ///
+    /// ```swift
+    /// queue.addEventObserver { event, subject in
+    ///     guard let subject else { return }
+    ///     if case .succeeded = event, let duration = subject.attemptDuration {
+    ///         print("\(subject.typeIdentifier) succeeded at attempt \(subject.attempt) in \(duration) s")
+    ///     }
+    /// }
+    /// ```
     public struct Subject: Sendable, Hashable {
         /// The operation type's ``PersistentOperation/persistenceIdentifier``.
         public var typeIdentifier: String
@@ -84,11 +94,43 @@ extension PersistentOperationEvent {
         public var tags: Set<String>
         /// Its ordered lane (``EnqueueOptions/lane``), if any.
         public var lane: String?
+        /// The attempts started so far, across launches: for
+        /// ``PersistentOperationEvent/started(_:attempt:)``, the number of the attempt that
+        /// starts; for an event that ends an attempt, the number of that attempt; 0 before the
+        /// first.
+        public var attempt: Int
+        /// For an event that ends an attempt — ``PersistentOperationEvent/retryScheduled(_:isCounted:numberOfRetries:nextAttemptAt:)``,
+        /// ``PersistentOperationEvent/succeeded(_:)``, ``PersistentOperationEvent/failed(_:reason:)``,
+        /// ``PersistentOperationEvent/periodEnded(_:failure:nextPeriodAt:)`` and
+        /// ``PersistentOperationEvent/cancelled(_:)`` of a running operation — the seconds the
+        /// attempt ran, measured on a monotonic clock; `nil` for every other event, and for an
+        /// operation that ended while it was not running (cancelled or expired while it waited,
+        /// abandoned with a prerequisite).
+        public var attemptDuration: TimeInterval?
+        /// When the operation was first stored by `addOperation` (for a periodic series, when
+        /// the series was); `nil` when the queue did not know. The time from here to the event
+        /// that ends an operation is its time from enqueue to done.
+        public var enqueuedAt: Date?
 
         public init(typeIdentifier: String, tags: Set<String>, lane: String?) {
+            self.init(typeIdentifier: typeIdentifier, tags: tags, lane: lane, attempt: 0, attemptDuration: nil, enqueuedAt: nil)
+        }
+
+        public init(typeIdentifier: String, tags: Set<String>, lane: String?, attempt: Int, attemptDuration: TimeInterval?, enqueuedAt: Date?) {
             self.typeIdentifier = typeIdentifier
             self.tags = tags
             self.lane = lane
+            self.attempt = attempt
+            self.attemptDuration = attemptDuration
+            self.enqueuedAt = enqueuedAt
+        }
+    }
+
+    /// Whether the event can end an attempt (see ``Subject/attemptDuration``).
+    var canEndAttempt: Bool {
+        switch self {
+        case .retryScheduled, .succeeded, .failed, .periodEnded, .cancelled: return true
+        default: return false
         }
     }
 

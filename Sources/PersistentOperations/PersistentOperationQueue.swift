@@ -615,10 +615,67 @@ public final class PersistentOperationQueue: @unchecked Sendable {
 }
 
 extension PersistentOperationQueue: EventSubjectSource {
-    /// The subject of a tracked operation's events.
-    func subject(of id: PersistentOperationID) -> PersistentOperationEvent.Subject? {
-        state.withLock { state in
-            state.entries[id.rawValue].map { PersistentOperationEvent.Subject(typeIdentifier: $0.record.typeIdentifier, tags: Set($0.record.tags), lane: $0.record.lane) }
+    /// The subject of a tracked operation's event.
+    func subject(for event: PersistentOperationEvent) -> PersistentOperationEvent.Subject? {
+        guard let id = event.operationID else { return nil }
+        let endsAttempt = event.canEndAttempt
+        return state.withLock { state in
+            state.entries[id.rawValue].map { entry in
+                var duration: TimeInterval?
+                if endsAttempt, entry.attemptEndedAt != 0, entry.attemptStartedAt != 0, entry.attemptEndedAt >= entry.attemptStartedAt {
+                    duration = Double(entry.attemptEndedAt - entry.attemptStartedAt) / 1e9
+                }
+                return PersistentOperationEvent.Subject(
+                    typeIdentifier: entry.record.typeIdentifier, tags: Set(entry.record.tags), lane: entry.record.lane,
+                    attempt: entry.record.numberOfAttempts, attemptDuration: duration, enqueuedAt: entry.record.enqueuedAt
+                )
+            }
+        }
+    }
+
+    /// Calls `observer` with every event from now on and what its operation is (see
+    /// ``eventHandlerWithSubject``), in order, on the events' private serial queue, until the
+    /// observation is cancelled. Unlike the handlers, any number of observers can be added:
+    /// a metrics or logging integration observes the queue without taking the app's handler.
+    ///
+    /// ```swift
+    /// let observation = queue.addEventObserver { event, subject in
+    ///     if case .failed = event, let subject {
+    ///         print("\(subject.typeIdentifier) failed for good after \(subject.attempt) attempts")
+    ///     }
+    /// }
+    /// // …
+    /// observation.cancel()
+    /// ```
+    ///
+    /// - Returns: The observation; it lasts until ``EventObservation/cancel()`` (or the
+    ///   queue's end), whether or not it is kept.
+    @discardableResult
+    public func addEventObserver(
+        _ observer: @escaping @Sendable (PersistentOperationEvent, PersistentOperationEvent.Subject?) -> Void
+    ) -> EventObservation {
+        hub.setSubjectSource(self)
+        let key = hub.addObserver(observer)
+        return EventObservation { [weak hub] in hub?.removeObserver(key) }
+    }
+
+    /// An observer added by ``addEventObserver(_:)``.
+    public final class EventObservation: Sendable {
+        private let remove: Locked<(@Sendable () -> Void)?>
+
+        init(remove: @escaping @Sendable () -> Void) {
+            self.remove = Locked(remove)
+        }
+
+        /// Stops the observer: events delivered from then on do not reach it (the ones being
+        /// delivered at that moment, on the events' queue, still may). Calling it again does
+        /// nothing.
+        public func cancel() {
+            let remove = self.remove.withLock { remove in
+                defer { remove = nil }
+                return remove
+            }
+            remove?()
         }
     }
 
@@ -664,9 +721,9 @@ extension PersistentOperationQueue: EventSubjectSource {
 
     /// Hands a message to the configured log handler on the events' serial queue, in order
     /// with the events: the handler is user code, and the queue may hold one of its locks here.
-    func log(_ level: RetryLogHandler.Level, _ text: @autoclosure () -> String) {
+    func log(_ level: RetryLogHandler.Level, _ text: @autoclosure () -> String, metadata: () -> [String: String] = { [:] }) {
         guard let handler = configuration.logHandler, level >= handler.minimumLevel else { return }
-        let message = RetryLogHandler.Message(level: level, text: text(), operationDescription: "PersistentOperationQueue")
+        let message = RetryLogHandler.Message(level: level, text: text(), operationDescription: "PersistentOperationQueue", metadata: metadata())
         hub.deliver { handler.handle(message) }
     }
 }

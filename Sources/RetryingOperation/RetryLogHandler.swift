@@ -12,6 +12,10 @@ import Foundation
 /// }
 /// operation.logHandler = log
 /// ```
+///
+/// Each message also carries its facts as structured fields (``Message/metadata``), for log
+/// backends that index them: the attempt number, the outcome, the attempt's duration, and
+/// for the operations of a `PersistentOperationQueue`, their identifier and type.
 public struct RetryLogHandler: Sendable {
     /// How much a message matters.
     public enum Level: Int, Comparable, Sendable, CustomStringConvertible {
@@ -44,13 +48,44 @@ public struct RetryLogHandler: Sendable {
         public let text: String
         /// The operation's `name`, or its type and identity.
         public let operationDescription: String
+        /// The message's facts as structured fields, for log backends that index them; `text`
+        /// says the same in prose. Keys, where they apply:
+        ///
+        /// - `attempt`: the number of the attempt, from 1 (across launches for a stored
+        ///   operation); `attempts` on a finish: how many were started.
+        /// - `retries`: the counted retries so far.
+        /// - `outcome`: `succeeded`, `failed`, `cancelled` or `retry`.
+        /// - `counted`: for a retry, whether it counts toward the retry limit (`true`/`false`).
+        /// - `delay`: for a retry, the seconds until the next attempt.
+        /// - `duration`: the seconds the attempt ran, from its start to its end.
+        /// - `error`: the error the attempt ended with.
+        /// - `operation_id` and `type`: for an operation of a `PersistentOperationQueue` given
+        ///   the queue's `operationLogHandler`, its identifier and type identifier.
+        ///
+        /// A `PersistentOperationQueue`'s own messages carry counts (`restored`, `quarantined`,
+        /// `unknown_types`, `moved_to_failed` after a restore).
+        ///
+        /// ```swift
+        /// let log = RetryLogHandler(minimumLevel: .debug) { message in
+        ///     if message.metadata["outcome"] == "failed" {
+        ///         print("failed after \(message.metadata["attempts"] ?? "?") attempts: \(message.text)")
+        ///     }
+        /// }
+        /// ```
+        public let metadata: [String: String]
 
         public var description: String { "[\(level)] \(operationDescription): \(text)" }
 
-        package init(level: Level, text: String, operationDescription: String) {
+        package init(level: Level, text: String, operationDescription: String, metadata: [String: String] = [:]) {
             self.level = level
             self.text = text
             self.operationDescription = operationDescription
+            self.metadata = metadata
+        }
+
+        /// This message with `fields` added to its metadata (its own win on a clash).
+        package func adding(_ fields: [String: String]) -> Message {
+            Message(level: level, text: text, operationDescription: operationDescription, metadata: metadata.merging(fields) { own, _ in own })
         }
     }
 
@@ -84,5 +119,11 @@ public struct RetryLogHandler: Sendable {
 
     package func handle(_ message: Message) {
         handler(message)
+    }
+
+    /// This handler, adding `fields` to the metadata of every message it passes on.
+    package func adding(_ fields: [String: String]) -> RetryLogHandler {
+        let handler = self.handler
+        return RetryLogHandler(minimumLevel: minimumLevel) { message in handler(message.adding(fields)) }
     }
 }

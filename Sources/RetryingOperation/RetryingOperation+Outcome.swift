@@ -47,6 +47,15 @@ extension RetryingOperation {
             return nil
         }
 
+        /// The outcome's name in a log message's metadata: `succeeded`, `failed` or `cancelled`.
+        var logName: String {
+            switch self {
+            case .succeeded: return "succeeded"
+            case .failed: return "failed"
+            case .cancelled: return "cancelled"
+            }
+        }
+
         public var description: String {
             switch self {
             case .succeeded: return "succeeded"

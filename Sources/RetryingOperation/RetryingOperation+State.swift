@@ -56,6 +56,8 @@ struct MachineState: Sendable {
     var isCancelled = false
     var numberOfRetries = 0
     var numberOfAttempts = 0
+    /// When the latest attempt started (`DispatchTime` uptime, nanoseconds); 0 before the first.
+    var attemptStartedAt: UInt64 = 0
     var waitGeneration: UInt64 = 0
     var retryPolicy = RetryPolicy.default
     var retryScheduler: any RetryScheduler = DispatchRetryScheduler()
@@ -155,6 +157,7 @@ extension RetryingOperation {
         let (attempt, retries, passesRetry) = machine.withLock { state in
             if isRetry && counted { state.numberOfRetries += 1 }
             state.numberOfAttempts += 1
+            state.attemptStartedAt = DispatchTime.now().uptimeNanoseconds
             state.phase = .running(hasEnded: false)
             state.synchronousAttemptTimedOut = false
             state.synchronousAttemptStopped = false
@@ -169,7 +172,9 @@ extension RetryingOperation {
         if !isRetry { didChangeValue(forKey: "isExecuting") }
 
         // The handler read with the state above: no extra lock round trip on this hot path.
-        log(.debug, "starting attempt \(attempt) (\(retries) counted retries so far)", to: logHandler)
+        log(.debug, "starting attempt \(attempt) (\(retries) counted retries so far)", to: logHandler) {
+            ["attempt": "\(attempt)", "retries": "\(retries)"]
+        }
         driver?.operationWillStartAttempt(self, AttemptInfo(attempt: attempt, numberOfRetries: retries, isRetry: passesRetry))
         if let timeout, let scheduler, timeout.isFinite, timeout > 0 {
             startTimeoutTimer(for: attempt, after: timeout, on: scheduler)
@@ -267,7 +272,9 @@ extension RetryingOperation {
             }
             let (retries, policy) = machine.withLock { ($0.numberOfRetries, $0.retryPolicy) }
             if enforcesLimit && !policy.allowsRetry(afterRetries: retries) {
-                log(.info, "retry limit reached after \(retries) retries; the operation fails")
+                log(.info, "retry limit reached after \(retries) retries; the operation fails") {
+                    self.attemptFields(["outcome": "failed", "error": error.map { String(describing: $0) }])
+                }
                 finish(.failed(RetryingOperationError(
                     code: .retryLimitReached,
                     message: "gave up after \(retries) retries: the retry policy allows no more",
@@ -283,14 +290,20 @@ extension RetryingOperation {
             switch wait {
             case .helpers(let given):
                 helpers = given
-                log(.info, "attempt failed; waiting for \(given.count) retry helper(s)\(counted ? "" : " (uncounted retry)")")
+                log(.info, "attempt failed; waiting for \(given.count) retry helper(s)\(counted ? "" : " (uncounted retry)")") {
+                    self.attemptFields(["outcome": "retry", "counted": "\(counted)", "error": error.map { String(describing: $0) }])
+                }
             case .delay(let delay):
                 helpers = [TimerRetryHelper(retryDelay: delay, retryingOperation: self)]
-                log(.info, "attempt failed; retrying in \(delay) s\(counted ? "" : " (uncounted retry)")")
+                log(.info, "attempt failed; retrying in \(delay) s\(counted ? "" : " (uncounted retry)")") {
+                    self.attemptFields(["outcome": "retry", "counted": "\(counted)", "delay": "\(delay)", "error": error.map { String(describing: $0) }])
+                }
             case .policyDelay:
                 let delay = policy.delay(forRetry: retries + 1)
                 helpers = [TimerRetryHelper(retryDelay: delay, retryingOperation: self)]
-                log(.info, "attempt failed\(error.map { " with \($0)" } ?? ""); retrying in \(delay) s\(counted ? "" : " (uncounted retry)")")
+                log(.info, "attempt failed\(error.map { " with \($0)" } ?? ""); retrying in \(delay) s\(counted ? "" : " (uncounted retry)")") {
+                    self.attemptFields(["outcome": "retry", "counted": "\(counted)", "delay": "\(delay)", "error": error.map { String(describing: $0) }])
+                }
             }
             let (driver, attempts) = machine.withLock { state in
                 state.waitGeneration &+= 1
@@ -498,7 +511,9 @@ extension RetryingOperation {
         timer?.cancel()
         driver?.operationDidFinish(self, outcome)
 
-        log(.debug, "finished: \(outcome)", to: logHandler)
+        log(.debug, "finished: \(outcome)", to: logHandler) {
+            self.attemptFields(["outcome": outcome.logName, "error": outcome.error.map { String(describing: $0) }], endsAttempt: wasExecuting, attemptsKey: "attempts")
+        }
         for waiter in waiters {
             waiter.continuation.resume(returning: outcome)
         }
@@ -510,10 +525,33 @@ extension RetryingOperation {
         log(level, text(), to: machine.withLock { $0.logHandler })
     }
 
+    /// Logs with structured fields, built only when the message passes the handler's level.
+    func log(_ level: RetryLogHandler.Level, _ text: @autoclosure () -> String, metadata: () -> [String: String]) {
+        log(level, text(), to: machine.withLock { $0.logHandler }, metadata: metadata)
+    }
+
     /// Logs to `handler`, already read from the state.
-    func log(_ level: RetryLogHandler.Level, _ text: @autoclosure () -> String, to handler: RetryLogHandler?) {
+    func log(
+        _ level: RetryLogHandler.Level, _ text: @autoclosure () -> String, to handler: RetryLogHandler?,
+        metadata: () -> [String: String] = { [:] }
+    ) {
         guard let handler, level >= handler.minimumLevel else { return }
-        handler.handle(RetryLogHandler.Message(level: level, text: text(), operationDescription: logName))
+        handler.handle(RetryLogHandler.Message(level: level, text: text(), operationDescription: logName, metadata: metadata()))
+    }
+
+    /// The fields of a message about the latest attempt: `fields` (those with a value), the
+    /// attempt's number (under `attemptsKey`) and retries, and, when the message is about
+    /// its end, how long it ran.
+    func attemptFields(_ fields: [String: String?], endsAttempt: Bool = true, attemptsKey: String = "attempt") -> [String: String] {
+        let (attempts, retries, startedAt) = machine.withLock { ($0.numberOfAttempts, $0.numberOfRetries, $0.attemptStartedAt) }
+        var metadata = fields.compactMapValues { $0 }
+        metadata[attemptsKey] = "\(attempts)"
+        metadata["retries"] = "\(retries)"
+        if endsAttempt, startedAt != 0 {
+            let now = DispatchTime.now().uptimeNanoseconds
+            metadata["duration"] = String(format: "%.6f", Double(now &- startedAt) / 1e9)
+        }
+        return metadata
     }
 
     private var logName: String {

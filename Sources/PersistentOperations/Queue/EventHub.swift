@@ -4,7 +4,7 @@ import Foundation
 /// `AsyncStream`s. Never runs a handler while a lock is held.
 /// What reads the subject of an event's operation (the queue).
 protocol EventSubjectSource: AnyObject, Sendable {
-    func subject(of id: PersistentOperationID) -> PersistentOperationEvent.Subject?
+    func subject(for event: PersistentOperationEvent) -> PersistentOperationEvent.Subject?
 }
 
 final class EventHub: Sendable {
@@ -12,6 +12,9 @@ final class EventHub: Sendable {
         var handler: (@Sendable (PersistentOperationEvent) -> Void)?
         /// The handler that also gets the subject of each event, read when it is emitted.
         var subjectHandler: (@Sendable (PersistentOperationEvent, PersistentOperationEvent.Subject?) -> Void)?
+        /// The observers added by `PersistentOperationQueue.addEventObserver(_:)`, called
+        /// after the handlers, in the order they were added.
+        var observers: [(key: UInt64, observer: @Sendable (PersistentOperationEvent, PersistentOperationEvent.Subject?) -> Void)] = []
         var streams: [UInt64: AsyncStream<PersistentOperationEvent>.Continuation] = [:]
         /// The queue's own observers (bounded runs), called before the handler.
         var monitors: [ObjectIdentifier: @Sendable (PersistentOperationEvent) -> Void] = [:]
@@ -46,6 +49,25 @@ final class EventHub: Sendable {
 
     func setSubjectSource(_ source: any EventSubjectSource) {
         subjectSource.withLock { $0.source = source }
+    }
+
+    /// Adds an observer of every event emitted from now on, with its subject; returns the key
+    /// that removes it.
+    func addObserver(_ observer: @escaping @Sendable (PersistentOperationEvent, PersistentOperationEvent.Subject?) -> Void) -> UInt64 {
+        subscribers.withLock { subscribers in
+            subscribers.nextKey += 1
+            subscribers.observers.append((subscribers.nextKey, observer))
+            return subscribers.nextKey
+        }
+    }
+
+    func removeObserver(_ key: UInt64) {
+        subscribers.withLock { $0.observers.removeAll { $0.key == key } }
+    }
+
+    /// Whether the subjects of events are read: a subject handler or an observer is set.
+    private static func needsSubjects(_ subscribers: Subscribers) -> Bool {
+        subscribers.subjectHandler != nil || !subscribers.observers.isEmpty
     }
 
     /// A new stream of every event emitted from now on.
@@ -86,7 +108,7 @@ final class EventHub: Sendable {
     /// in every operation's lifecycle.
     var hasSubscribers: Bool {
         subscribers.withLock {
-            $0.handler != nil || $0.subjectHandler != nil || !$0.streams.isEmpty || !$0.monitors.isEmpty || $0.monitorsToRegister > 0
+            $0.handler != nil || Self.needsSubjects($0) || !$0.streams.isEmpty || !$0.monitors.isEmpty || $0.monitorsToRegister > 0
         }
     }
 
@@ -99,7 +121,12 @@ final class EventHub: Sendable {
     func emit(enqueued records: [OperationRecord]) {
         emit(
             contentsOf: records.map { .enqueued(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) },
-            subjects: records.map { PersistentOperationEvent.Subject(typeIdentifier: $0.typeIdentifier, tags: Set($0.tags), lane: $0.lane) }
+            subjects: records.map {
+                PersistentOperationEvent.Subject(
+                    typeIdentifier: $0.typeIdentifier, tags: Set($0.tags), lane: $0.lane,
+                    attempt: $0.numberOfAttempts, attemptDuration: nil, enqueuedAt: $0.enqueuedAt
+                )
+            }
         )
     }
 
@@ -109,16 +136,18 @@ final class EventHub: Sendable {
     func emit(contentsOf events: [PersistentOperationEvent], subjects known: [PersistentOperationEvent.Subject?]? = nil) {
         guard !events.isEmpty, hasSubscribers else { return }
         // The subjects are read now: by delivery time, an operation that ended is forgotten.
-        let source = subscribers.withLock { $0.subjectHandler != nil } ? subjectSource.withLock { $0.source } : nil
-        let subjects = source.map { source in known ?? events.map { event in event.operationID.flatMap(source.subject(of:)) } } ?? []
+        let source = subscribers.withLock { Self.needsSubjects($0) } ? subjectSource.withLock { $0.source } : nil
+        let subjects = source.map { source in known ?? events.map(source.subject(for:)) } ?? []
         delivery.async {
-            let (handler, subjectHandler, streams, monitors) = self.subscribers.withLock {
-                ($0.handler, $0.subjectHandler, Array($0.streams.values), $0.monitors)
+            let (handler, subjectHandler, streams, monitors, observers) = self.subscribers.withLock {
+                ($0.handler, $0.subjectHandler, Array($0.streams.values), $0.monitors, $0.observers)
             }
             for (index, event) in events.enumerated() {
                 for monitor in monitors.values { monitor(event) }
                 handler?(event)
-                subjectHandler?(event, index < subjects.count ? subjects[index] : nil)
+                let subject = index < subjects.count ? subjects[index] : nil
+                subjectHandler?(event, subject)
+                for observer in observers { observer.observer(event, subject) }
                 for stream in streams {
                     stream.yield(event)
                 }

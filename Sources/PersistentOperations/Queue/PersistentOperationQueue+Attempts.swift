@@ -13,6 +13,8 @@ extension PersistentOperationQueue {
             defer { state.entries[id] = entry }
             entry.attemptsInFlight += 1
             entry.record.numberOfAttempts = attempt ?? entry.record.numberOfAttempts + 1
+            entry.attemptStartedAt = DispatchTime.now().uptimeNanoseconds
+            entry.attemptEndedAt = 0
             defer { entry.hasSuspectFile = false }
             return Start(
                 inFlight: entry.attemptsInFlight, attempt: entry.record.numberOfAttempts, crashes: entry.crashes, kills: entry.kills,
@@ -47,6 +49,7 @@ extension PersistentOperationQueue {
                 entry.record.lastErrorDescription = description
             }
             entry.attemptsInFlight = 0
+            entry.attemptEndedAt = DispatchTime.now().uptimeNanoseconds
             // The attempt ended without crashing the process: no crash or kill on file any more.
             entry.crashes = 0
             entry.kills = 0

@@ -77,17 +77,17 @@ extension PersistentOperationQueue {
         case nil:
             return
         case .finishUnbuilt(let error, let token, let slot):
-            log(.info, "\(id): expired before it started")
+            log(.info, "\(id): expired before it started") { ["operation_id": id, "outcome": "failed"] }
             token?.cancel()
             slot?.cancel()
             operationFinished(id, outcome: .failed(error))
         case .finish(let operation, let error, let token, let slot):
-            log(.info, "\(id): expired before it started")
+            log(.info, "\(id): expired before it started") { ["operation_id": id, "outcome": "failed"] }
             token?.cancel()
             slot?.cancel()
             finishWithoutAttempt(operation, failingWith: error)
         case .failWait(let operation, let error, let slot):
-            log(.info, "\(id): expired while its due retry waited for a slot or its run conditions")
+            log(.info, "\(id): expired while its due retry waited for a slot or its run conditions") { ["operation_id": id, "outcome": "failed"] }
             slot?.cancel()
             operation.failWait(with: error)
         }

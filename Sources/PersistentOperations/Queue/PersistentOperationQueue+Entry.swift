@@ -68,6 +68,11 @@ extension PersistentOperationQueue {
         var phase: Phase = .scheduled(nil)
         var hasStarted = false
         var attemptsInFlight: Int
+        /// When the latest attempt started and ended (`DispatchTime` uptime, nanoseconds), for
+        /// the events' `Subject.attemptDuration`; 0 before, and `attemptEndedAt` 0 while it
+        /// runs or when the operation ends without a running attempt.
+        var attemptStartedAt: UInt64 = 0
+        var attemptEndedAt: UInt64 = 0
         /// A suspect file an earlier launch left for it exists, until its next attempt starts.
         var hasSuspectFile = false
         /// Cancelled (or replaced) and about to finish: it no longer holds its unique key.

@@ -8,8 +8,13 @@ extension PersistentOperationQueue {
     /// Removes or moves the record of a finished operation, then forgets it; a failure or a
     /// cancellation takes the operation's dependents with it (see `+Graph`).
     func operationFinished(_ id: String, outcome: RetryingOperation.Outcome) {
-        guard let (record, isSettled, ending, expiry) = state.withLock({ state in
-            state.entries[id].map { ($0.record, $0.isRecordSettled, $0.ending, $0.expiry) }
+        guard let (record, isSettled, ending, expiry) = state.withLock({ state -> (OperationRecord, Bool, Entry.Ending?, RetryingOperationError?)? in
+            guard let entry = state.entries[id] else { return nil }
+            // The end of the running attempt, if it ran (for the events' attempt duration).
+            var endedAt: UInt64 = 0
+            if case .running = entry.phase { endedAt = DispatchTime.now().uptimeNanoseconds }
+            state.entries[id]?.attemptEndedAt = endedAt
+            return (entry.record, entry.isRecordSettled, entry.ending, entry.expiry)
         }) else { return }
         var outcome = outcome
         if let expiry, !outcome.isSuccess {
@@ -287,7 +292,7 @@ extension PersistentOperationQueue {
     }
 
     func reportStoreError(_ id: String?, _ message: String) {
-        log(.error, "\(id.map { "\($0): " } ?? "")\(message)")
+        log(.error, "\(id.map { "\($0): " } ?? "")\(message)") { id.map { ["operation_id": $0] } ?? [:] }
         hub.emit(.storeError(id.map { PersistentOperationID(record: $0) }, message: message))
     }
 }

@@ -125,7 +125,9 @@ extension PersistentOperationQueue {
             operationFinished(id, outcome: .cancelled)
         } else {
             if failure != nil {
-                log(.warning, "\(id): a period failed for good (\(failure ?? "")); the series goes on, next period from \(nextStart)")
+                log(.warning, "\(id): a period failed for good (\(failure ?? "")); the series goes on, next period from \(nextStart)") {
+                    ["operation_id": id, "outcome": "failed", "error": failure ?? ""]
+                }
             }
             schedule(id, due: nextStart)
         }

@@ -252,7 +252,12 @@ extension PersistentOperationQueue {
                 if let index = afterOthers[id] { schedule(index) }
             }
         }
-        log(.info, "restored \(report.restored.count) operations; \(report.quarantined.count) quarantined, \(report.unknownTypes.count) of unknown types, \(report.movedToFailedAfterCrashes.count) moved to failed after crashes")
+        log(.info, "restored \(report.restored.count) operations; \(report.quarantined.count) quarantined, \(report.unknownTypes.count) of unknown types, \(report.movedToFailedAfterCrashes.count) moved to failed after crashes") {
+            [
+                "restored": "\(report.restored.count)", "quarantined": "\(report.quarantined.count)",
+                "unknown_types": "\(report.unknownTypes.count)", "moved_to_failed": "\(report.movedToFailedAfterCrashes.count)",
+            ]
+        }
         return report
     }
 

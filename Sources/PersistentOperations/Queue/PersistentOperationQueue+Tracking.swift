@@ -80,7 +80,12 @@ extension PersistentOperationQueue {
             if let expiresAt { retrying.expirationDate = expiresAt }
             retrying.driver = OperationTracker(recordID: id, queue: self)
             if let handler = configuration.operationLogHandler, retrying.logHandler == nil {
-                retrying.logHandler = handler
+                // Its messages say which stored operation they are about.
+                var fields = ["operation_id": PersistentOperationID(record: id).description]
+                if let persistent = operation as? any PersistentOperation {
+                    fields["type"] = type(of: persistent).persistenceIdentifier
+                }
+                retrying.logHandler = handler.adding(fields)
             }
             if retrying.retryScheduler is DispatchRetryScheduler {
                 retrying.retryScheduler = timer

@@ -3,7 +3,8 @@ import RetryingOperation
 
 extension RetryLogHandler {
     /// A handler that logs each message to `logger`, with the operation in the `operation`
-    /// metadata field.
+    /// metadata field and the message's structured fields (`RetryLogHandler.Message.metadata`:
+    /// `attempt`, `outcome`, `duration`, `operation_id`, `type`, …) as metadata of their own.
     ///
     /// Levels map one to one (`debug`, `info`, `warning`, `error`). Messages below the lower of
     /// `minimumLevel` and the logger's own level are dropped before they are formatted.
@@ -24,11 +25,9 @@ extension RetryLogHandler {
     public static func swiftLog(_ logger: Logger, minimumLevel: Level? = nil) -> RetryLogHandler {
         let loggerLevel = Self.level(for: logger.logLevel)
         return RetryLogHandler(minimumLevel: max(minimumLevel ?? loggerLevel, loggerLevel)) { message in
-            logger.log(
-                level: Self.swiftLogLevel(for: message.level),
-                "\(message.text)",
-                metadata: ["operation": "\(message.operationDescription)"]
-            )
+            var metadata: Logger.Metadata = ["operation": "\(message.operationDescription)"]
+            for (key, value) in message.metadata { metadata[key] = "\(value)" }
+            logger.log(level: Self.swiftLogLevel(for: message.level), "\(message.text)", metadata: metadata)
         }
     }
 

@@ -110,5 +110,13 @@ final class FlakyJob: RetryingOperation, PersistentOperation, @unchecked Sendabl
         // Then its retry was logged through swift-log, and so were the queue's own messages
         #expect(capture.all.contains { $0.message.contains("retrying in 0.01 s") && $0.metadata["operation"]?.description.contains("FlakyJob") == true })
         #expect(capture.all.contains { $0.metadata["operation"] == "PersistentOperationQueue" && $0.message.contains("restored 1 operations") })
+        // And the messages carry their structured fields as metadata
+        let retry = try #require(capture.all.first { $0.message.contains("retrying in 0.01 s") })
+        #expect(retry.metadata["type"] == "\(FlakyJob.persistenceIdentifier)")
+        #expect(retry.metadata["operation_id"] != nil)
+        #expect(retry.metadata["outcome"] == "retry")
+        #expect(retry.metadata["attempt"] == "1")
+        #expect(retry.metadata["duration"] != nil)
+        #expect(capture.all.contains { $0.metadata["restored"] == "1" && $0.metadata["quarantined"] == "0" })
     }
 }
