@@ -338,8 +338,10 @@ struct LaneTests {
         fixture.queue.hub.flush()
         // Then the handler with subjects got both ends with what each operation was
         let subjects = fixture.subjects.withLock { $0 }
-        let sentSubject = PersistentOperationEvent.Subject(typeIdentifier: ScriptedUpload.persistenceIdentifier, tags: ["chat:1"], lane: "chat:1")
-        #expect(subjects.contains { $0.event == .succeeded(sent) && $0.subject == sentSubject })
+        #expect(subjects.contains {
+            $0.event == .succeeded(sent) && $0.subject?.typeIdentifier == ScriptedUpload.persistenceIdentifier
+                && $0.subject?.tags == ["chat:1"] && $0.subject?.lane == "chat:1" && $0.subject?.attempt == 1
+        })
         #expect(subjects.contains { event, subject in
             if case .failed(refused, _) = event { subject?.typeIdentifier == ScriptedUpload.persistenceIdentifier && subject?.lane == nil } else { false }
         })

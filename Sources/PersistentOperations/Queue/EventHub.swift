@@ -26,6 +26,62 @@ final class EventHub: Sendable {
     private let delivery = DispatchQueue(label: "PersistentOperationQueue.events")
     private let subscribers = Locked(Subscribers())
 
+    /// What waits for delivery, in order: events with their subjects, and bodies to run among
+    /// them (log messages, registrations, the end of the streams). One drain on the delivery
+    /// queue takes everything emitted meanwhile, so a burst of events costs one hop, not one
+    /// per event.
+    private enum Item: Sendable {
+        case events([PersistentOperationEvent], subjects: [PersistentOperationEvent.Subject?])
+        case body(@Sendable () -> Void)
+    }
+
+    private struct Outbox: Sendable {
+        var items: [Item] = []
+        /// A drain is queued or running: it delivers what is appended before it ends.
+        var isDraining = false
+        /// When the last drain ended (`DispatchTime` uptime, nanoseconds).
+        var lastDrainEnded: UInt64 = 0
+    }
+
+    /// How long a drain waits when the previous one ended less than this ago: under a steady
+    /// stream of events, one hop delivers a millisecond's worth of them instead of waking
+    /// the delivery queue for each.
+    private static let coalescingDelay: UInt64 = 1_000_000
+
+    private let outbox = Locked(Outbox())
+
+    /// Appends `item` to the outbox, and queues a drain unless one is already on its way.
+    private func post(_ item: Item) {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let drain = outbox.withLock { outbox -> (needed: Bool, isBusy: Bool) in
+            outbox.items.append(item)
+            defer { outbox.isDraining = true }
+            return (!outbox.isDraining, now &- outbox.lastDrainEnded < Self.coalescingDelay)
+        }
+        guard drain.needed else { return }
+        if drain.isBusy {
+            delivery.asyncAfter(deadline: DispatchTime(uptimeNanoseconds: now + Self.coalescingDelay)) { self.drain() }
+        } else {
+            delivery.async { self.drain() }
+        }
+    }
+
+    /// Delivers the outbox's items, in order, until it is empty. On the delivery queue.
+    private func drain() {
+        while true {
+            let items = outbox.withLock { outbox -> [Item] in
+                if outbox.items.isEmpty {
+                    outbox.isDraining = false
+                    outbox.lastDrainEnded = DispatchTime.now().uptimeNanoseconds
+                }
+                defer { outbox.items = [] }
+                return outbox.items
+            }
+            if items.isEmpty { return }
+            deliver(items)
+        }
+    }
+
     var handler: (@Sendable (PersistentOperationEvent) -> Void)? {
         get { subscribers.withLock { $0.handler } }
         set { subscribers.withLock { $0.handler = newValue } }
@@ -91,12 +147,12 @@ final class EventHub: Sendable {
         // Counted at once, so that the events emitted until the registration runs are queued
         // for it rather than dropped for want of subscribers.
         subscribers.withLock { $0.monitorsToRegister += 1 }
-        delivery.async {
+        post(.body {
             self.subscribers.withLock { subscribers in
                 subscribers.monitors[key] = monitor
                 subscribers.monitorsToRegister -= 1
             }
-        }
+        })
     }
 
     func removeMonitor(_ key: ObjectIdentifier) {
@@ -134,35 +190,69 @@ final class EventHub: Sendable {
     /// `subjects`: the subject of each event, when the caller knows them; otherwise they are
     /// read from ``subjectProvider`` (only while a subject handler is set).
     func emit(contentsOf events: [PersistentOperationEvent], subjects known: [PersistentOperationEvent.Subject?]? = nil) {
-        guard !events.isEmpty, hasSubscribers else { return }
+        guard !events.isEmpty else { return }
+        let (listens, needsSubjects) = subscribers.withLock { subscribers in
+            (
+                subscribers.handler != nil || Self.needsSubjects(subscribers) || !subscribers.streams.isEmpty
+                    || !subscribers.monitors.isEmpty || subscribers.monitorsToRegister > 0,
+                Self.needsSubjects(subscribers)
+            )
+        }
+        guard listens else { return }
         // The subjects are read now: by delivery time, an operation that ended is forgotten.
-        let source = subscribers.withLock { Self.needsSubjects($0) } ? subjectSource.withLock { $0.source } : nil
+        let source = needsSubjects ? subjectSource.withLock { $0.source } : nil
         let subjects = source.map { source in known ?? events.map(source.subject(for:)) } ?? []
-        delivery.async {
-            let (handler, subjectHandler, streams, monitors, observers) = self.subscribers.withLock {
-                ($0.handler, $0.subjectHandler, Array($0.streams.values), $0.monitors, $0.observers)
-            }
-            for (index, event) in events.enumerated() {
-                for monitor in monitors.values { monitor(event) }
-                handler?(event)
-                let subject = index < subjects.count ? subjects[index] : nil
-                subjectHandler?(event, subject)
-                for observer in observers { observer.observer(event, subject) }
-                for stream in streams {
-                    stream.yield(event)
-                }
+        post(.events(events, subjects: subjects))
+    }
+
+    private func deliver(_ items: [Item]) {
+        for item in items {
+            switch item {
+            case .events(let events, let subjects): deliver(events, subjects: subjects)
+            case .body(let body): body()
             }
         }
     }
 
-    /// Waits until every event emitted so far has been delivered.
-    /// Runs `body` on the delivery queue, after the events emitted before it.
-    func deliver(_ body: @escaping @Sendable () -> Void) {
-        delivery.async(execute: body)
+    /// Delivers `events` to the subscribers of the moment. On the delivery queue.
+    private func deliver(_ events: [PersistentOperationEvent], subjects: [PersistentOperationEvent.Subject?]) {
+        let (handler, subjectHandler, streams, monitors, observers) = subscribers.withLock {
+            ($0.handler, $0.subjectHandler, Array($0.streams.values), $0.monitors, $0.observers)
+        }
+        for (index, event) in events.enumerated() {
+            for monitor in monitors.values { monitor(event) }
+            handler?(event)
+            let subject = index < subjects.count ? subjects[index] : nil
+            subjectHandler?(event, subject)
+            for observer in observers { observer.observer(event, subject) }
+            for stream in streams {
+                stream.yield(event)
+            }
+        }
     }
 
+    /// Runs `body` on the delivery queue, after the events emitted before it.
+    func deliver(_ body: @escaping @Sendable () -> Void) {
+        post(.body(body))
+    }
+
+    /// Waits until every event emitted so far has been delivered: delivers what waits in the
+    /// outbox now, on the delivery queue, rather than waiting for a coalescing drain's delay.
     func flush() {
-        delivery.sync {}
+        delivery.sync { self.deliverWaitingItems() }
+    }
+
+    /// Delivers what the outbox holds, leaving the drain that is on its way (if any) to find
+    /// it empty. On the delivery queue.
+    private func deliverWaitingItems() {
+        while true {
+            let items = outbox.withLock { outbox -> [Item] in
+                defer { outbox.items = [] }
+                return outbox.items
+            }
+            if items.isEmpty { return }
+            deliver(items)
+        }
     }
 
     func finishStreams() {
@@ -170,8 +260,8 @@ final class EventHub: Sendable {
             defer { subscribers.streams = [:] }
             return Array(subscribers.streams.values)
         }
-        delivery.async {
+        post(.body {
             for stream in streams { stream.finish() }
-        }
+        })
     }
 }
