@@ -105,8 +105,11 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         /// Whether each registered run condition held when its provider last reported; a name
         /// without a provider is absent, and does not hold (see `+Conditions`).
         var conditionStates: [String: Bool] = [:]
-        /// The due entries waiting for each run condition that did not hold when they became due.
+        /// The due entries waiting for each run condition that did not hold when they became due
+        /// (and for each pause, under its key: see `+Pauses`).
         var conditionWaiters: [String: Set<String>] = [:]
+        /// The pauses in force, by key (see `+Pauses`).
+        var pauses: [String: ActivePause] = [:]
         /// Entries that must run alone but cannot start now (they wait for a date, for
         /// prerequisites or for a run condition): back at the end of `isolation` when they
         /// become due (see `+Isolation`).

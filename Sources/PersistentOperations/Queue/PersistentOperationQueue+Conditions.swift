@@ -69,19 +69,8 @@ extension PersistentOperationQueue {
         let slots = state.withLock { state -> [AttemptSlot] in
             guard state.conditionStates[name] != holds else { return [] }
             state.conditionStates[name] = holds
-            guard holds, let waiting = state.conditionWaiters.removeValue(forKey: name) else { return [] }
-            for id in waiting {
-                guard var entry = state.entries[id], case .waitingForConditions = entry.phase, entry.parkedUnder == name else { continue }
-                entry.parkedUnder = nil
-                if let other = firstUnmetCondition(of: entry, in: state) {
-                    park(&entry, under: other, in: &state)
-                } else {
-                    rejoinIsolation(id, in: &state)
-                    hold(&entry, in: &state)
-                }
-                state.entries[id] = entry
-            }
-            return fillSlots(in: &state, window: window)
+            guard holds else { return [] }
+            return releaseParked(under: name, in: &state, window: window)
         }
         if holds { log(.debug, "run condition \"\(name)\" holds") }
         for slot in slots {
@@ -89,17 +78,38 @@ extension PersistentOperationQueue {
         }
     }
 
-    /// Under the lock: parks a due entry whose conditions do not all hold, under the first that
-    /// does not; whether it did.
+    /// Under the lock: the entries parked under `name` (a condition that holds now, or a pause
+    /// that ended) are looked at again: one still waiting for another condition or pause is
+    /// parked under that one, the others become ready. Returns the slots to queue.
+    func releaseParked(under name: String, in state: inout State, window: Int) -> [AttemptSlot] {
+        guard let waiting = state.conditionWaiters.removeValue(forKey: name) else { return [] }
+        for id in waiting {
+            guard var entry = state.entries[id], case .waitingForConditions = entry.phase, entry.parkedUnder == name else { continue }
+            entry.parkedUnder = nil
+            if let other = firstUnmetCondition(of: entry, in: state) {
+                park(&entry, under: other, in: &state)
+            } else {
+                rejoinIsolation(id, in: &state)
+                hold(&entry, in: &state)
+            }
+            state.entries[id] = entry
+        }
+        return fillSlots(in: &state, window: window)
+    }
+
+    /// Under the lock: parks a due entry whose conditions do not all hold, or that a pause
+    /// holds, under the first that does not hold; whether it did.
     func parkUnlessConditionsHold(_ entry: inout Entry, in state: inout State) -> Bool {
-        guard !entry.record.conditions.isEmpty, let unmet = firstUnmetCondition(of: entry, in: state) else { return false }
+        guard !entry.record.conditions.isEmpty || !state.pauses.isEmpty, let unmet = firstUnmetCondition(of: entry, in: state) else { return false }
         park(&entry, under: unmet, in: &state)
         return true
     }
 
-    /// Under the lock: the first of the entry's conditions that does not hold, if any.
+    /// Under the lock: the key of a pause that holds the entry, or else the first of the
+    /// entry's conditions that does not hold, if any.
     func firstUnmetCondition(of entry: Entry, in state: State) -> String? {
-        entry.record.conditions.first { state.conditionStates[$0] != true }
+        if !state.pauses.isEmpty, let pause = pauseKey(holding: entry, in: state) { return pause }
+        return entry.record.conditions.first { state.conditionStates[$0] != true }
     }
 
     /// Under the lock: parks a due entry until `condition` holds. An entry that had to run
