@@ -6,7 +6,7 @@ import PersistentOperations
 ///     store-inspector list [--store] DIR [--type T] [--tag T]... [--state S] [--limit N [--after ID]] [--json]
 ///     store-inspector show [--store] DIR ID [--json]
 ///     store-inspector export [--store] DIR ID [--output PATH] [--payload] [--json]
-///     store-inspector failed [--store] DIR [--type T] [--tag T]... [--json]
+///     store-inspector failed [--store] DIR [--type T] [--tag T]... [--json [--payload]]
 ///     store-inspector retry-failed [--store] DIR (ID | --all) [--json]
 ///     store-inspector requeue-quarantined [--store] DIR (NAME | --all) [--json]
 struct InspectorCommand {
@@ -19,8 +19,8 @@ struct InspectorCommand {
         /// Write one record to a file of its own: `output`, or a file named after the record
         /// in the current directory; only its payload when `payloadOnly`.
         case export(id: String, output: String?, payloadOnly: Bool)
-        /// The failed records `filter` lets through.
-        case failed(filter: RecordFilter)
+        /// The failed records `filter` lets through; with `payloads` (JSON only), each with its payload.
+        case failed(filter: RecordFilter, payloads: Bool)
         case stats
         case retryFailed(Selection)
         case purge(Selection)
@@ -41,7 +41,7 @@ struct InspectorCommand {
     static let usage = """
         usage: store-inspector COMMAND [--store] DIR [ID | --all] [--json]
                store-inspector list [--store] DIR [--type T] [--tag T]... [--state S] [--limit N [--after ID]] [--json]
-               store-inspector failed [--store] DIR [--type T] [--tag T]... [--json]
+               store-inspector failed [--store] DIR [--type T] [--tag T]... [--json [--payload]]
                store-inspector export [--store] DIR ID [--output PATH] [--payload] [--json]
 
         Inspects a PersistentOperations store directory. Reading commands open the store
@@ -62,7 +62,8 @@ struct InspectorCommand {
                             (default ./ID.payload.plist). Never overwrites a file, nor writes inside
                             the store directory
           failed            records in the failed area, with the reason each failed; --type and
-                            --tag filter them
+                            --tag filter them; with --json --payload, each record's JSON ends
+                            with its payload, as show --json presents it
           stats             counts per area and per type, periodic series, the next due date,
                             quarantined entries with reasons
 
@@ -98,7 +99,8 @@ struct InspectorCommand {
         Options:
           --store DIR       the store directory (or give it as the first argument after COMMAND)
           --output PATH     where export writes (default: in the current directory)
-          --payload         export writes only the record's payload
+          --payload         export writes only the record's payload; failed --json adds each
+                            record's payload
           --limit N         list shows at most N records (a page)
           --after ID        list starts after this record (with --limit)
           --json            machine-readable output with stable keys
@@ -211,7 +213,7 @@ struct InspectorCommand {
             action = .list(limit: limit, after: after, filter: filter)
         case "show": action = .show(id: try id())
         case "export": action = .export(id: try id(), output: output, payloadOnly: payloadOnly)
-        case "failed": action = .failed(filter: filter)
+        case "failed": action = .failed(filter: filter, payloads: payloadOnly)
         case "stats": action = .stats
         case "retry-failed": action = .retryFailed(try selection())
         case "purge": action = .purge(try selection())
@@ -243,9 +245,12 @@ struct InspectorCommand {
         }
         switch action {
         case .export: break
+        case .failed:
+            if output != nil { throw InspectorError.usage("--output applies to export only") }
+            if payloadOnly, !json { throw InspectorError.usage("failed --payload needs --json: the payloads go into the JSON") }
         default:
             if output != nil { throw InspectorError.usage("--output applies to export only") }
-            if payloadOnly { throw InspectorError.usage("--payload applies to export only") }
+            if payloadOnly { throw InspectorError.usage("--payload applies to export, and to failed --json") }
         }
         self.store = URL(fileURLWithPath: store, isDirectory: true)
         self.json = json

@@ -127,14 +127,15 @@ extension StoreInspector {
     }
 
     /// Prints the failed area: each record `filter` lets through (by type and tags), with the
-    /// reason it failed, and the entries that cannot be read.
-    func failed(filter: RecordFilter = RecordFilter()) throws {
+    /// reason it failed, and the entries that cannot be read. With `payloads`, the JSON of each
+    /// record ends with its payload as `show` presents it; without, it is what it always was.
+    func failed(filter: RecordFilter = RecordFilter(), payloads: Bool = false) throws {
         var list = try readOnlyStore().failedRecords()
         list.records = list.records.filter(filter.includes)
         if json {
             print(JSONValue.object([
                 ("store", .string(store.path)),
-                ("failed", .array(list.records.map(RecordPresentation.summary))),
+                ("failed", .array(list.records.map(payloads ? RecordPresentation.summaryWithPayload : RecordPresentation.summary))),
                 ("unreadable", .array(Self.json(list.unreadable, area: "failed"))),
             ]).rendered(pretty: true))
             return

@@ -2,7 +2,8 @@ import Foundation
 import Testing
 @testable import PersistentOperations
 
-/// `list --type / --tag / --state`, with and without pages, and `failed --type / --tag`.
+/// `list --type / --tag / --state`, with and without pages, `failed --type / --tag`, and
+/// `failed --json --payload`.
 extension StoreInspectorTests {
     static let upload = "com.example.upload"
     static let resize = "com.example.resize"
@@ -229,7 +230,7 @@ extension StoreInspectorTests {
         #expect(text.output.contains("next page: store-inspector list \(path) --limit 4 --after \(blockedUploads[3]) --type \(Self.upload) --state blocked"))
     }
 
-    @Test func aBadFilterIsAUsageError() async throws {
+    @Test func aBadFilterOrPayloadOptionIsAUsageError() async throws {
         // Given a store
         let sample = try FilterStore()
 
@@ -247,6 +248,8 @@ extension StoreInspectorTests {
             (["failed", sample.path, "--state", "due"], "--state is an option of list"),
             (["stats", sample.path, "--type", Self.upload], "--type and --tag are options of list and failed"),
             (["show", sample.path, sample.due.id, "--tag", "photos"], "--type and --tag are options of list and failed"),
+            (["failed", sample.path, "--payload"], "failed --payload needs --json"),
+            (["list", sample.path, "--json", "--payload"], "--payload applies to export, and to failed --json"),
         ]
         for (arguments, message) in cases {
             let result = try await Self.inspect(arguments: arguments)
@@ -256,5 +259,56 @@ extension StoreInspectorTests {
             #expect(result.error.contains("usage: store-inspector"), "\(arguments)")
             #expect(result.output.isEmpty, "\(arguments)")
         }
+    }
+
+    @Test func failedJSONWithPayloadAddsEachPayloadAsShowPresentsItAndWithoutIsUnchanged() async throws {
+        // Given a store with a failed record whose payload is a property list, and one whose is not
+        let sample = try FilterStore()
+
+        // When failed lists them in JSON, with and without their payloads, and show presents one
+        let plain = try await Self.inspect("failed", sample.path, "--json")
+        let withPayload = try await Self.inspect("failed", sample.path, "--json", "--payload")
+        let resizes = try await Self.inspect("failed", sample.path, "--payload", "--type", Self.resize, "--json")
+        let shown = try await Self.inspect("show", sample.path, sample.failedUpload.id, "--json")
+        for result in [plain, withPayload, resizes, shown] {
+            #expect(result.status == 0, "\(result.error)")
+        }
+
+        // Then without --payload each record has the keys it always had, and no payload
+        let plainRecords = try #require(try plain.json()["failed"] as? [[String: Any]])
+        #expect(plainRecords.map { $0["id"] as? String } == [sample.failedUpload.id, sample.failedResize.id])
+        let keys = [
+            "id", "typeIdentifier", "state", "priority", "retries", "attempts", "attemptsInFlight", "nextAttempt", "tags",
+            "uniqueKey", "failureReason", "prerequisites", "expiresAt", "conditions", "repeatEvery", "flex", "periodTarget",
+            "completedPeriods", "due", "lane", "holdsLaneOnFailure", "isHoldingLane",
+        ]
+        for record in plainRecords {
+            #expect(Set(record.keys) == Set(keys))
+        }
+        // (in that order, the last of each record's members being isHoldingLane)
+        let memberLines = plain.output.split(separator: "\n").filter { $0.hasPrefix("      \"") }
+        #expect(memberLines.map { $0.split(separator: "\"")[1] } == (keys + keys).map { Substring($0) })
+        // And with --payload each record has the same fields, followed by its payload as show presents it
+        let records = try #require(try withPayload.json()["failed"] as? [[String: Any]])
+        #expect(records.count == 2)
+        for (record, plainRecord) in zip(records, plainRecords) {
+            var fields = record
+            fields["payload"] = nil
+            #expect(NSDictionary(dictionary: fields) == NSDictionary(dictionary: plainRecord))
+        }
+        let payload = try #require(records[0]["payload"] as? [String: Any])
+        let shownPayload = try #require(try shown.json()["payload"] as? [String: Any])
+        #expect(NSDictionary(dictionary: payload) == NSDictionary(dictionary: shownPayload))
+        #expect(payload["url"] as? String == SamplePayload.example.url)
+        #expect(payload["attempt"] as? Int == 8)
+        #expect(payload["body"] as? String == "base64:" + SamplePayload.example.body.base64EncodedString())
+        // And a payload that is not a property list is reported, not decoded
+        let unreadable = try #require(records[1]["payload"] as? [String: Any])
+        #expect((unreadable["unreadable"] as? String)?.contains("not a valid property list") == true)
+        // And --payload combines with the filters
+        let resizeRecords = try #require(try resizes.json()["failed"] as? [[String: Any]])
+        #expect(resizeRecords.map { $0["id"] as? String } == [sample.failedResize.id])
+        #expect(resizeRecords.first?["payload"] is [String: Any])
+        #expect(withPayload.output.split(separator: "\n").contains { $0.hasPrefix("      \"payload\": {") })
     }
 }

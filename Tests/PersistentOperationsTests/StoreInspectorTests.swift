@@ -610,7 +610,7 @@ struct StoreInspectorTests {
         #expect(noStore.error.contains("does not exist"))
         // And an option of export's elsewhere is a usage error
         #expect(misplaced.status == 2)
-        #expect(misplaced.error.contains("--payload applies to export only"))
+        #expect(misplaced.error.contains("--payload applies to export, and to failed --json"))
         // And nothing was written: the export directory holds only the file that was there, and
         // nothing in the store changed
         #expect(try FileManager.default.contentsOfDirectory(atPath: exports.path) == ["existing.record"])
