@@ -31,9 +31,9 @@ public struct StoredOperationRecord: Sendable, Hashable {
     /// process holds, such an attempt was interrupted and the record is due again —,
     /// ``PersistentOperationInfo/State/waitingForPrerequisites`` while one of its
     /// ``prerequisites`` is pending, ``PersistentOperationInfo/State/waitingForLane`` while a
-    /// record added before it to its ``lane`` is pending (in the whole list of
-    /// ``ReadOnlyPersistentStore/pendingRecords()``; a page of
-    /// ``ReadOnlyPersistentStore/pendingRecords(after:limit:)`` tells neither),
+    /// record added before it to its ``lane`` is pending (as
+    /// ``ReadOnlyPersistentStore/pendingRecords()`` and its pages,
+    /// ``ReadOnlyPersistentStore/pendingRecords(after:limit:)``, list them),
     /// ``PersistentOperationInfo/State/waitingToRetry`` until a
     /// future ``nextAttemptAt``, ``PersistentOperationInfo/State/scheduled`` until a future
     /// ``notBefore``, otherwise ``PersistentOperationInfo/State/queued`` (due). `nil` for a

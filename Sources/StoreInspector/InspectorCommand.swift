@@ -3,21 +3,24 @@ import PersistentOperations
 
 /// A parsed `store-inspector` command line.
 ///
-///     store-inspector list [--store] DIR [--json]
+///     store-inspector list [--store] DIR [--type T] [--tag T]... [--state S] [--limit N [--after ID]] [--json]
 ///     store-inspector show [--store] DIR ID [--json]
 ///     store-inspector export [--store] DIR ID [--output PATH] [--payload] [--json]
+///     store-inspector failed [--store] DIR [--type T] [--tag T]... [--json [--payload]]
 ///     store-inspector retry-failed [--store] DIR (ID | --all) [--json]
 ///     store-inspector requeue-quarantined [--store] DIR (NAME | --all) [--json]
 struct InspectorCommand {
     /// What to do.
     enum Action: Equatable {
-        /// The pending records; with `limit`, one page of them, after the record `after`.
-        case list(limit: Int?, after: String?)
+        /// The pending records `filter` lets through; with `limit`, one page of them, after the
+        /// record `after` (which `filter` need not let through).
+        case list(limit: Int?, after: String?, filter: RecordFilter)
         case show(id: String)
         /// Write one record to a file of its own: `output`, or a file named after the record
         /// in the current directory; only its payload when `payloadOnly`.
         case export(id: String, output: String?, payloadOnly: Bool)
-        case failed
+        /// The failed records `filter` lets through; with `payloads` (JSON only), each with its payload.
+        case failed(filter: RecordFilter, payloads: Bool)
         case stats
         case retryFailed(Selection)
         case purge(Selection)
@@ -37,6 +40,8 @@ struct InspectorCommand {
 
     static let usage = """
         usage: store-inspector COMMAND [--store] DIR [ID | --all] [--json]
+               store-inspector list [--store] DIR [--type T] [--tag T]... [--state S] [--limit N [--after ID]] [--json]
+               store-inspector failed [--store] DIR [--type T] [--tag T]... [--json [--payload]]
                store-inspector export [--store] DIR ID [--output PATH] [--payload] [--json]
 
         Inspects a PersistentOperations store directory. Reading commands open the store
@@ -48,14 +53,17 @@ struct InspectorCommand {
           list              pending records: id, type, priority, retries, attempts, next attempt, tags, unique key,
                             due (when it may next start), repeats (a periodic series' schedule);
                             with --limit N, one page of at most N in run order, after --after ID
-                            (the last one of the previous page), in the memory of the page
+                            (the last one of the previous page), in the memory of the page;
+                            with filters (below), only the records that match
           show ID           every field of one record, and its payload as a property list
           export ID         write one pending or failed record to a file of its own, in the record
                             format (what a .record file of the earlier layout held): to --output PATH,
                             or ./ID.record; with --payload, only its payload's binary property list
                             (default ./ID.payload.plist). Never overwrites a file, nor writes inside
                             the store directory
-          failed            records in the failed area, with the reason each failed
+          failed            records in the failed area, with the reason each failed; --type and
+                            --tag filter them; with --json --payload, each record's JSON ends
+                            with its payload, as show --json presents it
           stats             counts per area and per type, periodic series, the next due date,
                             quarantined entries with reasons
 
@@ -68,10 +76,31 @@ struct InspectorCommand {
                                     not decode, once a build that reads them ships; entries that
                                     are not readable records stay
 
+        Filters (list; failed takes --type and --tag): a record must match every one given.
+          --type T          records whose type identifier is T
+          --tag T           records carrying the tag T; repeated, records carrying every tag given
+          --state S         pending records in the state S, by the STATE list shows:
+                              due        may start now: no not-before or next-attempt date still
+                                         to come, no pending prerequisite, first in its lane, not
+                                         running (queued; run conditions are the app's to judge)
+                              scheduled  waits for a not-before or next-attempt date still to
+                                         come, and is not blocked (scheduled, waitingToRetry)
+                              blocked    waits for a pending prerequisite or for its turn in its
+                                         lane, whatever its dates (waitingForPrerequisites,
+                                         waitingForLane)
+                              in-flight  has attempts in flight (attemptsInFlight above 0): running
+                                         while an app holds the store; otherwise interrupted, to
+                                         run again at its next restore (and also due, scheduled
+                                         or blocked)
+                            due, scheduled and blocked never overlap; a running record is in none
+          A page of a filtered list holds the next N matching records in run order after the
+          --after record, which need not match. Unreadable entries are listed whatever the filters.
+
         Options:
           --store DIR       the store directory (or give it as the first argument after COMMAND)
           --output PATH     where export writes (default: in the current directory)
-          --payload         export writes only the record's payload
+          --payload         export writes only the record's payload; failed --json adds each
+                            record's payload
           --limit N         list shows at most N records (a page)
           --after ID        list starts after this record (with --limit)
           --json            machine-readable output with stable keys
@@ -80,6 +109,21 @@ struct InspectorCommand {
         Exit status: 0 on success, 1 when the store cannot be read or changed (or export cannot
         write its file), 2 for a usage error.
         """
+
+    /// `text` as one word of a shell command line, for the commands the inspector prints: as
+    /// it is when no character of it means anything to a shell, otherwise in single quotes.
+    ///
+    /// ```swift
+    /// print(InspectorCommand.shellWord("demo.upload"))   // demo.upload
+    /// print(InspectorCommand.shellWord("it's here"))     // 'it'\''s here'
+    /// ```
+    static func shellWord(_ text: String) -> String {
+        let isPlain = { (character: Character) in
+            character.isASCII && (character.isLetter || character.isNumber || "-_./:@%+=,".contains(character))
+        }
+        if !text.isEmpty, text.allSatisfy(isPlain) { return text }
+        return "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
+    }
 
     /// A record identifier as stored (uppercase), whatever the case it was typed in; text
     /// that is not an identifier is returned unchanged, for the error that names it.
@@ -99,6 +143,7 @@ struct InspectorCommand {
         var payloadOnly = false
         var limit: Int?
         var after: String?
+        var filter = RecordFilter()
         var remaining = arguments[...]
         while let argument = remaining.popFirst() {
             switch argument {
@@ -116,6 +161,26 @@ struct InspectorCommand {
             case "--after":
                 guard let value = remaining.popFirst() else { throw InspectorError.usage("--after needs a record identifier") }
                 after = Self.normalizedIdentifier(value)
+            case "--type":
+                guard let value = remaining.popFirst(), !value.hasPrefix("--") else {
+                    throw InspectorError.usage("--type needs a type identifier")
+                }
+                guard filter.typeIdentifier == nil else {
+                    throw InspectorError.usage("--type is given once: a record has one type identifier")
+                }
+                filter.typeIdentifier = value
+            case "--tag":
+                guard let value = remaining.popFirst(), !value.hasPrefix("--") else { throw InspectorError.usage("--tag needs a tag") }
+                if !filter.tags.contains(value) { filter.tags.append(value) }
+            case "--state":
+                guard let value = remaining.popFirst() else {
+                    throw InspectorError.usage("--state needs a state: \(RecordFilter.State.choices)")
+                }
+                guard let state = RecordFilter.State(rawValue: value) else {
+                    throw InspectorError.usage("unknown state \(value) for --state: use \(RecordFilter.State.choices)")
+                }
+                guard filter.state == nil else { throw InspectorError.usage("--state is given once: the states do not combine") }
+                filter.state = state
             case "--store":
                 guard let value = remaining.popFirst() else { throw InspectorError.usage("--store needs a directory") }
                 store = value
@@ -145,10 +210,10 @@ struct InspectorCommand {
         switch name {
         case "list":
             guard after == nil || limit != nil else { throw InspectorError.usage("--after needs --limit") }
-            action = .list(limit: limit, after: after)
+            action = .list(limit: limit, after: after, filter: filter)
         case "show": action = .show(id: try id())
         case "export": action = .export(id: try id(), output: output, payloadOnly: payloadOnly)
-        case "failed": action = .failed
+        case "failed": action = .failed(filter: filter, payloads: payloadOnly)
         case "stats": action = .stats
         case "retry-failed": action = .retryFailed(try selection())
         case "purge": action = .purge(try selection())
@@ -165,6 +230,12 @@ struct InspectorCommand {
         if name != "list", limit != nil || after != nil {
             throw InspectorError.usage("--limit and --after are options of list")
         }
+        if name != "list", filter.state != nil {
+            throw InspectorError.usage("--state is an option of list (failed records wait for nothing)")
+        }
+        if name != "list", name != "failed", filter.typeIdentifier != nil || !filter.tags.isEmpty {
+            throw InspectorError.usage("--type and --tag are options of list and failed")
+        }
         if !positionals.isEmpty {
             throw InspectorError.usage("unexpected argument \(positionals[0])")
         }
@@ -174,9 +245,12 @@ struct InspectorCommand {
         }
         switch action {
         case .export: break
+        case .failed:
+            if output != nil { throw InspectorError.usage("--output applies to export only") }
+            if payloadOnly, !json { throw InspectorError.usage("failed --payload needs --json: the payloads go into the JSON") }
         default:
             if output != nil { throw InspectorError.usage("--output applies to export only") }
-            if payloadOnly { throw InspectorError.usage("--payload applies to export only") }
+            if payloadOnly { throw InspectorError.usage("--payload applies to export, and to failed --json") }
         }
         self.store = URL(fileURLWithPath: store, isDirectory: true)
         self.json = json

@@ -105,7 +105,18 @@ enum RecordPresentation {
     /// The fields `list` and `failed` show, in a stable order. `attempts` counts the attempts
     /// started, in-flight ones included; the periodic fields come last (see ``periodicFields(of:)``).
     static func summary(of record: StoredOperationRecord) -> JSONValue {
-        .object([
+        .object(summaryFields(of: record))
+    }
+
+    /// The fields of ``summary(of:)`` followed by the record's `payload`, as `show` presents it
+    /// (``payload(of:)``), for `failed --json --payload`.
+    static func summaryWithPayload(of record: StoredOperationRecord) -> JSONValue {
+        .object(summaryFields(of: record) + [("payload", payload(of: record))])
+    }
+
+    /// The fields of ``summary(of:)``, in their order.
+    private static func summaryFields(of record: StoredOperationRecord) -> [(String, JSONValue)] {
+        [
             ("id", .string(record.id.rawValue)),
             ("typeIdentifier", .string(record.typeIdentifier)),
             ("state", record.state == nil ? .null : .string(name(of: record.state))),
@@ -120,7 +131,7 @@ enum RecordPresentation {
             ("prerequisites", ids(record.prerequisites)),
             ("expiresAt", json(record.expirationDate)),
             ("conditions", .array(record.conditions.map { .string($0) })),
-        ] + periodicFields(of: record))
+        ] + periodicFields(of: record)
     }
 
     /// Every field of the record, and its payload decoded generically (see ``payload(of:)``).

@@ -12,12 +12,15 @@ extension StoreInspector {
     ///     0B9D…  demo.upload   running    0         1        2         -                         -     upload-1    -                         -
     ///     5C21…  demo.refresh  scheduled  0         0        0         2025-11-21T21:50:00.000Z  -     catalogue   2025-11-21T21:50:00.000Z  every 3600 s, flex 600 s
     ///
-    /// With `limit`, one page of at most `limit` records in run order, those after the record
-    /// `after` (``ReadOnlyPersistentStore/pendingRecords(after:limit:)``): the records are read
-    /// one at a time and only the page is kept. The text ends with the command for the next page.
-    func list(limit: Int? = nil, after: String? = nil) throws {
+    /// Only the records `filter` lets through are listed; the entries that cannot be read are
+    /// listed whatever it says (their type and tags cannot be read). With `limit`, one page of
+    /// at most `limit` of those records in run order, those after the record `after`, which
+    /// `filter` need not let through (``ReadOnlyPersistentStore/pendingRecords(after:limit:)``):
+    /// the records are read one at a time and only the page is kept, filtered or not. The text
+    /// ends with the command for the next page, filters included.
+    func list(limit: Int? = nil, after: String? = nil, filter: RecordFilter = RecordFilter()) throws {
         let reader = try readOnlyStore()
-        let list: ReadOnlyPersistentStore.RecordList
+        var list: ReadOnlyPersistentStore.RecordList
         if let limit {
             let cursor = try after.map { id -> StoredOperationRecord in
                 guard let operationID = PersistentOperationID(id), let record = try reader.pendingRecordForCursor(withID: operationID) else {
@@ -25,9 +28,11 @@ extension StoreInspector {
                 }
                 return record
             }
-            list = try reader.pendingRecords(after: cursor, limit: limit)
+            let isIncluded: ((StoredOperationRecord) -> Bool)? = filter.isEmpty ? nil : { filter.includes($0) }
+            list = try reader.pendingRecords(after: cursor, limit: limit, where: isIncluded)
         } else {
             list = try reader.pendingRecords()
+            list.records = list.records.filter(filter.includes)
         }
         if json {
             print(JSONValue.object([
@@ -49,13 +54,19 @@ extension StoreInspector {
                 RecordPresentation.dueText(of: record), RecordPresentation.repeatText(of: record),
             ])
         }
-        let what = "\(list.records.count) pending \(list.records.count == 1 ? "record" : "records")"
-        print(limit == nil ? "\(what) in \(store.path)" : "\(what) in \(store.path)\(after.map { " after \($0)" } ?? ""), at most \(limit!)")
+        let what = "\(list.records.count) pending \(list.records.count == 1 ? "record" : "records") in \(store.path)\(Self.matching(filter))"
+        print(limit == nil ? what : "\(what)\(after.map { " after \($0)" } ?? ""), at most \(limit!)")
         if !list.records.isEmpty { print(table.rendered()) }
         printUnreadable(list.unreadable, area: "pending")
         if let limit, list.records.count == limit, let last = list.records.last {
-            print("next page: store-inspector list \(store.path) --limit \(limit) --after \(last.id.rawValue)")
+            let command = ["store-inspector", "list", store.path, "--limit", "\(limit)", "--after", last.id.rawValue] + filter.arguments
+            print("next page: " + command.map(InspectorCommand.shellWord).joined(separator: " "))
         }
+    }
+
+    /// ` matching --type T --tag A`: what the text says of a filter (nothing when it is empty).
+    static func matching(_ filter: RecordFilter) -> String {
+        filter.isEmpty ? "" : " matching " + filter.arguments.map(InspectorCommand.shellWord).joined(separator: " ")
     }
 
     /// Prints every field of one pending or failed record, and its payload. `id` is
@@ -115,13 +126,16 @@ extension StoreInspector {
         return nil
     }
 
-    /// Prints the failed area: each record with the reason it failed.
-    func failed() throws {
-        let list = try readOnlyStore().failedRecords()
+    /// Prints the failed area: each record `filter` lets through (by type and tags), with the
+    /// reason it failed, and the entries that cannot be read. With `payloads`, the JSON of each
+    /// record ends with its payload as `show` presents it; without, it is what it always was.
+    func failed(filter: RecordFilter = RecordFilter(), payloads: Bool = false) throws {
+        var list = try readOnlyStore().failedRecords()
+        list.records = list.records.filter(filter.includes)
         if json {
             print(JSONValue.object([
                 ("store", .string(store.path)),
-                ("failed", .array(list.records.map(RecordPresentation.summary))),
+                ("failed", .array(list.records.map(payloads ? RecordPresentation.summaryWithPayload : RecordPresentation.summary))),
                 ("unreadable", .array(Self.json(list.unreadable, area: "failed"))),
             ]).rendered(pretty: true))
             return
@@ -134,7 +148,7 @@ extension StoreInspector {
                 record.failureReason ?? "-",
             ])
         }
-        print("\(list.records.count) failed \(list.records.count == 1 ? "record" : "records") in \(store.path)")
+        print("\(list.records.count) failed \(list.records.count == 1 ? "record" : "records") in \(store.path)\(Self.matching(filter))")
         if !list.records.isEmpty { print(table.rendered()) }
         printUnreadable(list.unreadable, area: "failed")
     }

@@ -27,10 +27,10 @@ struct StoreInspector {
         try checkIsStore()
         do {
             switch action {
-            case .list(let limit, let after): try list(limit: limit, after: after)
+            case .list(let limit, let after, let filter): try list(limit: limit, after: after, filter: filter)
             case .show(let id): try show(id)
             case .export(let id, let output, let payloadOnly): try export(id, output: output, payloadOnly: payloadOnly)
-            case .failed: try failed()
+            case .failed(let filter, let payloads): try failed(filter: filter, payloads: payloads)
             case .stats: try stats()
             case .retryFailed(let selection): try retryFailed(selection)
             case .purge(let selection): try purge(selection)

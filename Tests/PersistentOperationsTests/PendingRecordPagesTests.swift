@@ -6,12 +6,14 @@ import Testing
 @Suite("Read-only store: pages of pending records", .timeLimit(.minutes(2)))
 struct PendingRecordPagesTests {
     /// 25 pending records of three priorities, out of run order on disk, one depending on
-    /// another, one of them running.
+    /// another, four in one lane (the last added is its first: the lowest enqueue sequence),
+    /// one of them running.
     private static func fill(_ store: RecordStore) throws -> [OperationRecord] {
         var records: [OperationRecord] = []
         for index in 0..<25 {
             var record = try makeRecord(index: index, sequence: UInt64(100 - index * 3), priority: [0, 4, -4][index % 3])
             if index == 7 { record.prerequisites = [records[4].id] }
+            if [10, 14, 18, 22].contains(index) { record.lane = "chat:1" }
             records.append(record)
             try store.add(record)
         }
@@ -42,7 +44,46 @@ struct PendingRecordPagesTests {
         #expect(pages.map(\.count) == [7, 7, 7, 4])
         #expect(pages.flatMap { $0 } == whole)
         #expect(whole.contains { $0.state == .waitingForPrerequisites } && whole.contains { !$0.dependents.isEmpty })
+        #expect(whole.filter { $0.state == .waitingForLane }.count == 3)
         #expect(whole.contains { $0.state == .running })   // (this process holds the store)
+    }
+
+    @Test(arguments: [RecordStore.Engine.journal, .files])
+    func filteredPagesTogetherListTheRecordsOfTheWholeListThatTheFilterAccepts(engine: RecordStore.Engine) throws {
+        // Given a store of 25 pending records, some waiting for a prerequisite or for their lane
+        let directory = try TemporaryDirectory()
+        let store = try RecordStore(directory: directory.store, configuration: .init(engine: engine))
+        defer { store.close() }
+        _ = try Self.fill(store)
+        let view = try ReadOnlyPersistentStore(directory: directory.store)
+        let whole = try view.pendingRecords().records
+        let filters: [(name: String, isIncluded: (StoredOperationRecord) -> Bool)] = [
+            ("queued", { $0.state == .queued }),
+            ("waiting", { $0.state == .waitingForLane || $0.state == .waitingForPrerequisites }),
+            ("lane", { $0.lane != nil }),
+            ("batch-1", { $0.tags.contains("batch-1") }),
+        ]
+        for (name, isIncluded) in filters {
+            // When each filter reads it in pages of 3, each after the last record of the one before
+            var pages: [[StoredOperationRecord]] = []
+            var page = try view.pendingRecords(after: nil, limit: 3, where: isIncluded)
+            while !page.records.isEmpty {
+                pages.append(page.records)
+                page = try view.pendingRecords(after: page.records.last, limit: 3, where: isIncluded)
+            }
+
+            // Then every page but the last is full, and together they hold the records of the
+            // whole list that the filter accepts, each once, in its order, states and dependents included
+            let expected = whole.filter(isIncluded)
+            #expect(expected.count >= 4, "\(name)")
+            #expect(pages.dropLast().allSatisfy { $0.count == 3 }, "\(name)")
+            #expect(pages.flatMap { $0 } == expected, "\(name)")
+        }
+        // And a cursor the filter does not accept still marks a place in run order
+        let cursor = try #require(whole.first { $0.state == .queued && $0.lane == nil })
+        let after = try view.pendingRecords(after: cursor, limit: 100) { $0.lane != nil }.records
+        let position = try #require(whole.firstIndex(of: cursor))
+        #expect(after == whole[(position + 1)...].filter { $0.lane != nil })
     }
 
     @Test func aPageAfterChangesShowsWhatIsLeftAfterTheCursorAndNewRecordsInTheirPlace() throws {

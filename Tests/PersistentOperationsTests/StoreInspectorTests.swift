@@ -49,17 +49,22 @@ struct StoreInspectorTests {
 
         /// Every file under the store with its contents, to prove reading changed nothing.
         func snapshot() throws -> [String: Data] {
-            var files: [String: Data] = [:]
-            let enumerator = FileManager.default.enumerator(atPath: path)
-            while let name = enumerator?.nextObject() as? String {
-                let full = path + "/" + name
-                var isDirectory: ObjCBool = false
-                if FileManager.default.fileExists(atPath: full, isDirectory: &isDirectory), !isDirectory.boolValue {
-                    files[name] = try Data(contentsOf: URL(fileURLWithPath: full))
-                }
-            }
-            return files
+            try StoreInspectorTests.snapshot(of: path)
         }
+    }
+
+    /// Every file under the directory at `path` with its contents.
+    static func snapshot(of path: String) throws -> [String: Data] {
+        var files: [String: Data] = [:]
+        let enumerator = FileManager.default.enumerator(atPath: path)
+        while let name = enumerator?.nextObject() as? String {
+            let full = path + "/" + name
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: full, isDirectory: &isDirectory), !isDirectory.boolValue {
+                files[name] = try Data(contentsOf: URL(fileURLWithPath: full))
+            }
+        }
+        return files
     }
 
     static func inspect(_ arguments: String...) async throws -> ProcessResult {
@@ -605,7 +610,7 @@ struct StoreInspectorTests {
         #expect(noStore.error.contains("does not exist"))
         // And an option of export's elsewhere is a usage error
         #expect(misplaced.status == 2)
-        #expect(misplaced.error.contains("--payload applies to export only"))
+        #expect(misplaced.error.contains("--payload applies to export, and to failed --json"))
         // And nothing was written: the export directory holds only the file that was there, and
         // nothing in the store changed
         #expect(try FileManager.default.contentsOfDirectory(atPath: exports.path) == ["existing.record"])
