@@ -62,6 +62,33 @@ extension PersistentOperationQueue {
     /// repeat schedule: such options throw ``PersistenceError/Code/invalidOptions``.
     @discardableResult
     public func addOperations(_ operations: [any PersistentOperation], options: EnqueueOptions) throws -> [PersistentOperationID] {
+        try addOperations(operations, options: options, hasMemberTags: false) { _ in [] }
+    }
+
+    /// Stores `operations` as one batch like ``addOperations(_:options:)``, each member with
+    /// the tags of `options` and those `tagsOfEach` gives it: a job's graph tagged with the job,
+    /// and each member with its own step.
+    ///
+    /// ```swift
+    /// let resize = Resize(payload: job)
+    /// let upload = Upload(payload: job)
+    /// upload.addDependency(resize)
+    /// try queue.addOperations([resize, upload], options: EnqueueOptions(tags: ["job:\(job.id)"])) { member in
+    ///     member is Resize ? ["step:resize"] : ["step:upload"]
+    /// }
+    /// ```
+    ///
+    /// - Throws: the errors of ``addOperations(_:options:)``.
+    public func addOperations(
+        _ operations: [any PersistentOperation], options: EnqueueOptions, tagsOfEach: (any PersistentOperation) -> Set<String>
+    ) throws -> [PersistentOperationID] {
+        try addOperations(operations, options: options, hasMemberTags: true, tagsOfEach: tagsOfEach)
+    }
+
+    private func addOperations(
+        _ operations: [any PersistentOperation], options: EnqueueOptions, hasMemberTags: Bool,
+        tagsOfEach: (any PersistentOperation) -> Set<String>
+    ) throws -> [PersistentOperationID] {
         if options.uniqueKey != nil {
             throw PersistenceError(.invalidOptions, "addOperations(_:options:) takes no unique key: a key names one operation, not a batch. Add operations with a unique key one at a time.")
         }
@@ -89,6 +116,8 @@ extension PersistentOperationQueue {
         for operation in operations {
             payloads.append(try Self.encodedPayload(of: operation))
         }
+        // Asked before any lock is taken: it is the app's code.
+        let memberTags = hasMemberTags ? operations.map(tagsOfEach) : nil
 
         let hasDependencies = operations.contains { !$0.dependencies.isEmpty }
         let readsStoredLanes = options.lane != nil && needsStoredUniqueKeys()
@@ -115,10 +144,12 @@ extension PersistentOperationQueue {
         var records: [OperationRecord] = []
         records.reserveCapacity(operations.count)
         for (index, operation) in operations.enumerated() {
+            var memberOptions = options
+            if let memberTags { memberOptions.tags.formUnion(memberTags[index]) }
             records.append(makeRecord(
                 id: ids[index], typeIdentifier: Self.persistenceIdentifier(of: operation), payload: payloads[index],
                 payloadVersion: Self.payloadVersion(of: operation),
-                operation: operation, options: options, prerequisites: resolved[index].ids, batchID: batchID
+                operation: operation, options: memberOptions, prerequisites: resolved[index].ids, batchID: batchID
             ))
         }
         if let batchID {

@@ -189,3 +189,28 @@ struct EventObserverTests {
         #expect(restore.metadata == ["restored": "2", "quarantined": "0", "unknown_types": "0", "moved_to_failed": "0"])
     }
 }
+
+@Suite("Persistent queue: tags of each member of a batch", .timeLimit(.minutes(1)))
+struct BatchMemberTagTests {
+    @Test func eachMemberGetsTheBatchsTagsAndItsOwnAndTheyAreStored() async throws {
+        let fixture = try QueueFixture(maxConcurrent: 1, suspended: true)
+        let first = fixture.upload("first")
+        let second = fixture.upload("second")
+        second.addDependency(first)
+        // Given a batch tagged "job:1" whose members say their own step
+        let ids = try fixture.queue.addOperations([first, second], options: EnqueueOptions(tags: ["job:1"])) { member in
+            member === first ? ["step:1"] : ["step:2"]
+        }
+        // Then each member carries both, in memory and on disk
+        #expect(fixture.queue.operation(withID: ids[0])?.tags == ["job:1", "step:1"])
+        #expect(fixture.queue.operation(withID: ids[1])?.tags == ["job:1", "step:2"])
+        #expect(fixture.queue.numberOfOperations(taggedWith: "job:1") == 2)
+        #expect(fixture.queue.numberOfOperations(taggedWith: "step:2") == 1)
+        let stored = try fixture.pendingRecords()
+        #expect(Set(stored.map { Set($0.tags) }) == [["job:1", "step:1"], ["job:1", "step:2"]])
+        // And cancelling by a member's own tag cancels only that member
+        #expect(fixture.queue.cancelOperations(taggedWith: "step:2") == 1)
+        #expect(try await eventually { fixture.queue.numberOfOperations(taggedWith: "job:1") == 1 })
+        fixture.queue.close()
+    }
+}

@@ -15,6 +15,7 @@ enum BenchmarkRegistry {
         PayloadFormatBenchmark(),     // P7
         DependencyChainBenchmark(),   // P9
         ConditionBenchmark(),         // P10
+        BackPressureBenchmark(),      // B1
         LaneBenchmark(),              // L1–L2
         SQLiteComparisonBenchmark(),  // S1–S5
         MillionPendingBenchmark(),    // M1–M4

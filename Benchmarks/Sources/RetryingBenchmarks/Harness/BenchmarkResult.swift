@@ -60,6 +60,8 @@ enum BenchmarkUnit: String, Sendable, Codable {
     case megabytes = "MB"
     /// Operations per second, for throughputs.
     case operationsPerSecond = "ops/s"
+    /// A count per success, such as 429s per successful request.
+    case perSuccess = "per success"
 
     /// `value` with as many decimals as a reader needs, and the unit.
     func format(_ value: Double) -> String {
@@ -68,7 +70,7 @@ enum BenchmarkUnit: String, Sendable, Codable {
             return "\(Int(value.rounded())) B"
         case .operationsPerSecond:
             return "\(Int(value.rounded()).groupedDigits) \(rawValue)"
-        case .seconds, .milliseconds, .microseconds, .megabytes:
+        case .seconds, .milliseconds, .microseconds, .megabytes, .perSuccess:
             return "\(BenchmarkUnit.formatNumber(value)) \(rawValue)"
         }
     }
