@@ -66,15 +66,16 @@ extension PersistentOperationQueue {
     }
 
     /// Stores `operations` as one batch like ``addOperations(_:options:)``, each member with
-    /// the tags of `options` and those `tagsOfEach` gives it: a job's graph tagged with the job,
-    /// and each member with its own step.
+    /// the tags of `options` and those `tagsOfEach` gives it (asked once per member, before
+    /// anything is stored): an album's graph tagged with the album, and each member with its
+    /// own step.
     ///
     /// ```swift
-    /// let resize = Resize(payload: job)
-    /// let upload = Upload(payload: job)
-    /// upload.addDependency(resize)
-    /// try queue.addOperations([resize, upload], options: EnqueueOptions(tags: ["job:\(job.id)"])) { member in
-    ///     member is Resize ? ["step:resize"] : ["step:upload"]
+    /// let album = CreateAlbum(payload: AlbumPayload(name: "Hike"))
+    /// let photoUploads = photos.map { UploadPhoto(payload: PhotoPayload(file: $0, album: "Hike")) }
+    /// for upload in photoUploads { upload.addDependency(album) }
+    /// try queue.addOperations([album] + photoUploads, options: EnqueueOptions(tags: ["album:Hike"])) { member in
+    ///     member is CreateAlbum ? ["step:create"] : ["step:upload"]
     /// }
     /// ```
     ///
