@@ -238,8 +238,7 @@ struct LaneTests {
         // Then every one ran once, in add order, and the store is empty. (That the time grows
         // linearly with the lane's length is measured by benchmark L1, against a serial queue.)
         #expect(fixture.lines == (0..<length).map { "n\($0) ran" })
-        // (read once the queue is closed: a read-only view opened while the drained journal
-        // starts over may find a segment gone)
+        // (read once the queue is closed, when nothing more is written)
         fixture.queue.close()
         #expect(try fixture.pendingRecords().isEmpty)
     }

@@ -506,8 +506,7 @@ struct OperationGraphTests {
         // chain's length — a quadratic scheduler, like Linux's OperationQueue with parked
         // operations, took 15 s for 10,000 — is measured by benchmark P9.)
         #expect(fixture.lines == (0..<length).map { "n\($0) ran" })
-        // (read once the queue is closed: a read-only view opened while the drained journal
-        // starts over may find a segment gone)
+        // (read once the queue is closed, when nothing more is written)
         fixture.queue.close()
         #expect(try fixture.pendingRecords().isEmpty)
     }

@@ -25,7 +25,39 @@ extension JournalStore {
         var report: OpenReport
     }
 
+    /// How many times a read-only open starts over when a segment it listed is gone.
+    static let readOnlyOpenAttempts = 10
+
+    /// A segment listed by a read-only open was removed before it could be opened: the owner
+    /// compacted the journal meanwhile (a compaction removes the segments it replaced).
+    private struct SegmentVanished: Error {
+        var path: String
+        var underlying: any Error
+    }
+
     static func open(root: String, journalPath: String, quarantinePath: String, configuration: Configuration) throws -> Opened {
+        guard configuration.isReadOnly else {
+            return try openOnce(root: root, journalPath: journalPath, quarantinePath: quarantinePath, configuration: configuration)
+        }
+        // A read-only open takes no lock: the owner may compact while it reads, removing a
+        // segment it listed. What it read of the others is dropped (their descriptors closed)
+        // and it starts over from a new listing, which holds the compaction's segment instead.
+        var vanished: SegmentVanished?
+        for _ in 0..<readOnlyOpenAttempts {
+            do {
+                return try openOnce(root: root, journalPath: journalPath, quarantinePath: quarantinePath, configuration: configuration)
+            } catch let error as SegmentVanished {
+                vanished = error
+            }
+        }
+        throw PersistenceError(
+            .readFailed,
+            "Journal segments kept disappearing while the store was read (\(readOnlyOpenAttempts) attempts): the app that holds it is compacting without pause. Try again.",
+            fileURL: vanished.map { URL(fileURLWithPath: $0.path) }, underlyingError: vanished?.underlying
+        )
+    }
+
+    private static func openOnce(root: String, journalPath: String, quarantinePath: String, configuration: Configuration) throws -> Opened {
         let fileSystem = configuration.fileSystem
         var state = State()
         var report = OpenReport()
@@ -56,6 +88,8 @@ extension JournalStore {
             let bytes: Data
             do {
                 descriptor = try fileSystem.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0)
+            } catch let error as SystemCallError where error.code == ENOENT && configuration.isReadOnly {
+                throw SegmentVanished(path: path, underlying: error)
             } catch {
                 throw PersistenceError(.readFailed, "Cannot open a journal segment.", fileURL: URL(fileURLWithPath: path), underlyingError: error)
             }
