@@ -55,6 +55,29 @@ extension PersistentOperationQueue {
         /// ```
         public var operationLogHandler: RetryLogHandler?
 
+        /// Shares the queue's slots fairly among groups of operations: the operations tagged
+        /// with a tag that starts with this prefix (``EnqueueOptions/tags``) — `"customer:42"`,
+        /// `"customer:7"` — form one group per such tag, and those with none form one more.
+        /// Within each priority, due work that waits for a slot is taken from the groups in
+        /// turn (round-robin), each group's in its own run order, instead of strictly first in,
+        /// first out: a 4,000-job import no longer delays the work of every customer who comes
+        /// after it. Default: `nil` (first in, first out within a priority).
+        ///
+        /// ```swift
+        /// var configuration = PersistentOperationQueue.Configuration()
+        /// configuration.fairShareTagPrefix = "customer:"
+        /// // …
+        /// try queue.addOperations(importJobs, options: EnqueueOptions(tags: ["customer:42"]))
+        /// ```
+        ///
+        /// Turns are taken as operations leave the waiting line for the `OperationQueue`,
+        /// which holds a few of them ahead (four per slot, at least 64): a group that arrives
+        /// behind a burst waits for those, not for the whole burst. An operation with two
+        /// tags of the prefix belongs to the first in sorted order. Lanes, prerequisites,
+        /// dates and run conditions apply as before: only the order in which due work gets a
+        /// slot changes.
+        public var fairShareTagPrefix: String?
+
         /// Whether the queue installs handlers for the crash signals (SIGSEGV, SIGBUS, SIGILL,
         /// SIGTRAP, SIGFPE, SIGABRT) that note, in the store, that the process crashed, so that
         /// the next launch can tell a crash from a kill. Default: `true`.

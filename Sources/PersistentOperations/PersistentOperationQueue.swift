@@ -76,7 +76,10 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         /// Slots added to the `OperationQueue` that have not finished.
         var slotsInQueue = 0
         /// Due operations waiting for room in the `OperationQueue`, first to run first.
-        var ready = Heap<ReadySlot>(by: { $0.order < $1.order })
+        var ready = Heap<ReadySlot>(by: ReadySlot.runsBefore)
+        /// With fair sharing: each group's next turn, and the turn of the last slot taken
+        /// from `ready` (see `+FairShare`).
+        var fairShare = FairShareRounds()
         /// For each unfinished prerequisite, the entries blocked on it (see `+Graph`).
         var dependents: [String: [String]] = [:]
         /// Live operations this queue tracked that have finished, and how, for dependents

@@ -196,5 +196,14 @@ extension PersistentOperationQueue {
     struct ReadySlot: Sendable {
         var id: String
         var order: RunOrder
+        /// Its group's turn, with fair sharing (see `+FairShare`); 0 without.
+        var round: UInt64 = 0
+
+        /// Priority first, then the turn, then the enqueue order.
+        static func runsBefore(_ lhs: ReadySlot, _ rhs: ReadySlot) -> Bool {
+            if lhs.order.priority != rhs.order.priority { return lhs.order.priority > rhs.order.priority }
+            if lhs.round != rhs.round { return lhs.round < rhs.round }
+            return lhs.order.enqueueSequence < rhs.order.enqueueSequence
+        }
     }
 }

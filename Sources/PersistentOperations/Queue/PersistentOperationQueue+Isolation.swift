@@ -75,6 +75,7 @@ extension PersistentOperationQueue {
         var slots: [AttemptSlot] = []
         var heldBack: [ReadySlot] = []
         while state.slotsInQueue < window, let next = state.ready.popFirst() {
+            state.fairShare.took(round: next.round)
             // Skip what was cancelled or forgotten while it waited.
             guard var entry = state.entries[next.id], case .ready = entry.phase else { continue }
             if !state.isolationAfterOthers.isEmpty, state.isolationAfterOthers.contains(next.id) {

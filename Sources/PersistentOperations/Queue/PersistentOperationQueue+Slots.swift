@@ -33,7 +33,11 @@ extension PersistentOperationQueue {
     /// Under the lock: puts a due entry in `ready` until the `OperationQueue` has room.
     func hold(_ entry: inout Entry, in state: inout State) {
         entry.phase = .ready
-        state.ready.insert(ReadySlot(id: entry.record.id, order: entry.record.runOrder))
+        var slot = ReadySlot(id: entry.record.id, order: entry.record.runOrder)
+        if let prefix = configuration.fairShareTagPrefix {
+            slot.round = state.fairShare.nextRound(for: FairShareRounds.group(of: entry.record.tags, prefix: prefix))
+        }
+        state.ready.insert(slot)
     }
 
     /// Queues a slot for the first attempt of a scheduled operation that became due.
