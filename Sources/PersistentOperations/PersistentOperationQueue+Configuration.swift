@@ -66,7 +66,8 @@ extension PersistentOperationQueue {
         /// ```swift
         /// var configuration = PersistentOperationQueue.Configuration()
         /// configuration.fairShareTagPrefix = "customer:"
-        /// // …
+        /// // … a queue with this configuration; a customer's import, in its group:
+        /// let importJobs = photos.map { UploadPhoto(payload: PhotoPayload(file: $0, album: "Import")) }
         /// try queue.addOperations(importJobs, options: EnqueueOptions(tags: ["customer:42"]))
         /// ```
         ///

@@ -16,6 +16,7 @@ enum BenchmarkRegistry {
         DependencyChainBenchmark(),   // P9
         ConditionBenchmark(),         // P10
         BackPressureBenchmark(),      // B1
+        FairShareBenchmark(),         // F1
         LaneBenchmark(),              // L1–L2
         SQLiteComparisonBenchmark(),  // S1–S5
         MillionPendingBenchmark(),    // M1–M4

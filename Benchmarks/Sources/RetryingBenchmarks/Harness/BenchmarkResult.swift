@@ -62,6 +62,8 @@ enum BenchmarkUnit: String, Sendable, Codable {
     case operationsPerSecond = "ops/s"
     /// A count per success, such as 429s per successful request.
     case perSuccess = "per success"
+    /// A factor between two figures of the same run, such as the largest over the smallest.
+    case times = "×"
 
     /// `value` with as many decimals as a reader needs, and the unit.
     func format(_ value: Double) -> String {
@@ -72,6 +74,8 @@ enum BenchmarkUnit: String, Sendable, Codable {
             return "\(Int(value.rounded()).groupedDigits) \(rawValue)"
         case .seconds, .milliseconds, .microseconds, .megabytes, .perSuccess:
             return "\(BenchmarkUnit.formatNumber(value)) \(rawValue)"
+        case .times:
+            return "\(BenchmarkUnit.formatNumber(value))×"
         }
     }
 
@@ -134,7 +138,7 @@ struct BenchmarkTarget: Sendable, Codable {
         let limitText = String(format: "%g", limit)
         switch metric {
         case .ratio: return "\(sign) \(limitText)×"
-        case .value: return "\(sign) \(limitText) \(unit == .bytes ? "B" : unit.rawValue)"
+        case .value: return unit == .times ? "\(sign) \(limitText)×" : "\(sign) \(limitText) \(unit == .bytes ? "B" : unit.rawValue)"
         }
     }
 }
