@@ -44,6 +44,8 @@ struct AppCommand {
     var maximumConcurrentAttempts = 4
     /// Whether the app says it is not active for the whole launch.
     var isInactive = false
+    /// The grace period of a shutdown on SIGTERM, in milliseconds.
+    var graceMilliseconds = 500
 
     func run() throws {
         try Effects.open(effects)
@@ -54,6 +56,44 @@ struct AppCommand {
             directory: store, operationQueue: operationQueue,
             configuration: .init(crashLoopLimit: crashLoopLimit)
         )
+        // SIGTERM (a deploy, a supervisor's stop) shuts the queue down gracefully and exits 0;
+        // the main thread then leaves the exit to it. Installed before the restore, so that a
+        // SIGTERM during the restore leads to a clean stop too.
+        let termination = Self.handleTermination(of: queue, grace: Double(graceMilliseconds) / 1000)
+        defer { withExtendedLifetime(termination) {} }
+        Effects.write("signals \(getpid())")
+        do {
+            try run(queue, operationQueue: operationQueue, earlier: earlier)
+        } catch where Terminating.flag.isSet {
+            Self.waitForTheShutdownsExit()   // an add refused by the closing queue
+        }
+        if Terminating.flag.isSet { Self.waitForTheShutdownsExit() }
+    }
+
+    /// Shuts `queue` down on SIGTERM, journals the shutdown's report and exits 0.
+    static func handleTermination(of queue: PersistentOperationQueue, grace: TimeInterval) -> any DispatchSourceSignal {
+        signal(SIGTERM, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGTERM, queue: DispatchQueue(label: "crash-demo.sigterm"))
+        source.setEventHandler {
+            Terminating.flag.set()
+            Effects.write("sigterm \(getpid())")
+            // The launch's restore is journaled whole first (the soak's checks read what it
+            // restored): a shutdown lets a restore in progress finish anyway.
+            Terminating.flag.waitUntilRestoreJournaled()
+            let report = queue.shutDownAndWait(gracePeriod: grace)
+            Effects.write("shutdown ended=\(report.endedInGracePeriod.count) stopped=\(report.stopped.count) still-running=\(report.stillRunning.count) seconds=\(String(format: "%.3f", report.duration))")
+            exit(0)
+        }
+        source.resume()
+        return source
+    }
+
+    /// Blocks the main thread while the SIGTERM handler shuts down and exits.
+    static func waitForTheShutdownsExit() -> Never {
+        while true { sleep(60) }
+    }
+
+    private func run(_ queue: PersistentOperationQueue, operationQueue: OperationQueue, earlier: EarlierLaunches) throws {
         queue.register(DemoUpload.self)
         queue.eventHandler = { event in
             switch event {
@@ -77,6 +117,7 @@ struct AppCommand {
         }
         let failedNodes = albums > 0 ? try Self.graphNodesInFailedArea(of: store) : []
         Effects.write((["failed-area"] + (failedNodes.isEmpty ? [] : [failedNodes.sorted().map(String.init).joined(separator: ",")])).joined(separator: " "))
+        Terminating.flag.restoreJournaled()
         operationQueue.isSuspended = false
 
         let graph = GraphAdder(
@@ -103,6 +144,7 @@ struct AppCommand {
             Effects.write("ack \(job.index) id=\(result.id)")
         }
         queue.waitUntilAllOperationsAreFinished()
+        if Terminating.flag.isSet { Self.waitForTheShutdownsExit() }
         Effects.write("finished")
         withExtendedLifetime(graph) {}
     }
@@ -240,5 +282,27 @@ final class GraphAdder {
         } catch let error as PersistenceError where error.code == .prerequisiteFailed {
             Effects.write("skip \(node.index)\(Self.after(node.prerequisites))")
         }
+    }
+}
+
+/// Whether SIGTERM arrived.
+final class Terminating: @unchecked Sendable {
+    // @unchecked: `value` is only touched under `lock`.
+    static let flag = Terminating()
+    private let lock = NSLock()
+    private var value = false
+
+    private let journaled = DispatchSemaphore(value: 0)
+
+    func set() { lock.withLock { value = true } }
+    var isSet: Bool { lock.withLock { value } }
+
+    /// The main thread journaled what the restore restored.
+    func restoreJournaled() { journaled.signal() }
+
+    /// Waits until the main thread journaled the restore (at most 60 s: a restore that
+    /// throws ends the app anyway).
+    func waitUntilRestoreJournaled() {
+        if journaled.wait(timeout: .now() + 60) == .success { journaled.signal() }
     }
 }

@@ -13,14 +13,17 @@ import Darwin
 /// contract over the whole journal (see ``SoakVerifier``).
 ///
 ///     crash-demo soak [--cycles N] [--count M] [--albums A] [--seed S] [--directory DIR]
-///                     [--crasher-every K] [--killer-every K] [--crash-loop-limit L] [--attempt-ms MS]
+///                     [--crasher-every K] [--killer-every K] [--sigterm-every K] [--grace-ms MS]
+///                     [--crash-loop-limit L] [--attempt-ms MS]
 ///
 /// Every cycle launches the app with `--count` raised by M and `--albums` by A, so each launch
 /// adds A new albums (operation graphs, ``DemoAlbum``: batches and single adds) and M new uploads
 /// (succeeding, counted and uncounted retrying, refused) on top of the backlog; every K-th
 /// cycle also adds an upload that crashes its own process (`--crasher`, a trap), and every K-th
 /// of `--killer-every` one that gets it SIGKILLed (`--killer`, as iOS kills an app for memory
-/// or a hang). The store, the effects
+/// or a hang). Every K-th cycle of `--sigterm-every` (not one that adds a poison) sends SIGTERM
+/// instead of SIGKILL, as a deploy does: the app must shut down gracefully and exit 0 within its
+/// grace period (`--grace-ms`) plus 1 s. The store, the effects
 /// journal and the apps' standard error stay in DIR (default: a new temporary directory,
 /// deleted when every check passed). Exits 0 when every check passed, 1 otherwise.
 struct SoakCommand {
@@ -31,6 +34,8 @@ struct SoakCommand {
     var directory: URL?
     var crasherEvery = 25
     var killerEvery = 25
+    var sigtermEvery = 4
+    var graceMilliseconds = 500
     var crashLoopLimit = PersistentOperationQueue.Configuration.defaultCrashLoopLimit
     var attemptMilliseconds = 30
 
@@ -57,6 +62,9 @@ struct SoakCommand {
         case diedByItself(signal: Int32)
         /// The app finished its work before the kill.
         case exited(status: Int32)
+        /// The app got SIGTERM at the aimed-at moment (`reached`) and ended after `seconds`:
+        /// exited with `status`, or (`bySignal`) died of that signal.
+        case terminated(Phase, reached: Bool, seconds: Double, status: Int32, bySignal: Bool)
     }
 
     func run() throws -> Bool {
@@ -90,6 +98,7 @@ struct SoakCommand {
             // A poison is added last: its cycle waits for its acknowledgement, then kills
             // during an attempt.
             let addsPoison = addsCrasher || addsKiller
+            let terminates = !addsPoison && sigtermEvery > 0 && cycle % sigtermEvery == sigtermEvery / 2
             let phase = addsPoison ? .attempt : randomPhase
             let launchCount = (cycle + 1) * count
             let (end, sawPrerequisite) = try runCycle(
@@ -98,8 +107,17 @@ struct SoakCommand {
                     crasher: addsCrasher, killer: addsKiller
                 ),
                 effects: effects, errors: errors, phase: phase,
-                after: addsPoison ? "ack \(launchCount) " : nil, random: &random
+                after: addsPoison ? "ack \(launchCount) " : nil, terminates: terminates, random: &random
             )
+            if case .terminated(let phase, _, let seconds, let status, let bySignal) = end {
+                let limit = Double(graceMilliseconds) / 1000 + 1
+                if bySignal || status != 0 {
+                    problems.append("cycle \(cycle): after SIGTERM during \(phase.rawValue) the app \(bySignal ? "died of signal" : "exited with status") \(status) (see \(errors))")
+                }
+                if seconds > limit {
+                    problems.append("cycle \(cycle): after SIGTERM during \(phase.rawValue) the app took \(String(format: "%.2f", seconds)) s to exit (limit \(limit) s)")
+                }
+            }
             if case .exited(let status) = end, status != 0 {
                 problems.append("cycle \(cycle): the app exited with status \(status) (see \(errors))")
             }
@@ -154,8 +172,13 @@ struct SoakCommand {
         var late = 0
         var diedByItself = 0
         var exitedEarly = 0
+        var terminations: [Double] = []
+        var terminationsByPhase: [String: Int] = [:]
         for end in ends {
             switch end {
+            case .terminated(let phase, _, let seconds, _, _):
+                terminations.append(seconds)
+                terminationsByPhase[phase.rawValue, default: 0] += 1
             case .killed(let phase): killsByPhase[phase.rawValue, default: 0] += 1
             case .killedLate(let phase): killsByPhase[phase.rawValue, default: 0] += 1; late += 1
             case .diedByItself: diedByItself += 1
@@ -165,8 +188,10 @@ struct SoakCommand {
         let phases = Phase.allCases.map { "\($0.rawValue) \(killsByPhase[$0.rawValue, default: 0])" }.joined(separator: ", ")
         let tally = verifier.tally
         print("""
-              cycles: \(cycles) (\(ends.count - diedByItself - exitedEarly) killed by the soak, \(diedByItself) ended by a poison (a crasher or a killer), \(exitedEarly) finished before the kill)
+              cycles: \(cycles) (\(ends.count - diedByItself - exitedEarly - terminations.count) killed by the soak, \(terminations.count) sent SIGTERM, \(diedByItself) ended by a poison (a crasher or a killer), \(exitedEarly) finished before the kill)
               kills by phase: \(phases) (\(late) of them after the aimed-at moment did not come within 2 s)
+              SIGTERMs by phase: \(Phase.allCases.map { "\($0.rawValue) \(terminationsByPhase[$0.rawValue, default: 0])" }.joined(separator: ", ")); exited 0 within \(String(format: "%.2f", terminations.max() ?? 0)) s at most (limit: the grace period \(graceMilliseconds) ms + 1 s), \(tally.shutdownsStopped) attempts stopped by them as uncounted retries
+              retries counted without a counted retry asked for: \(tally.unaskedRetries)
               launches: \(cycles + finalLaunches) (\(finalLaunches) after the last cycle, \(finalCrashes) of them crashed by a crasher, \(finalKills) killed by a killer; \(tally.launches) got as far as restoring); a crasher to add in \(crasherLaunches) cycles, acknowledged in \(crashersAcknowledged); a killer to add in \(killerLaunches) cycles, acknowledged in \(killersAcknowledged) (an app a poison ended first adds none)
               acknowledged: \(tally.acknowledged), completed: \(tally.completed), failed for good (refused): \(tally.refused)
               crash-loop protection moved aside: \(tally.crashLoopedCrashers) crashers (each after \(crashLoopLimit) crashes while it ran alone), \(tally.crashLoopedKillers) killers (each after \(crashLoopLimit) kills in a row while it ran alone), \(tally.crashLoopedOthers) other uploads
@@ -204,14 +229,17 @@ struct SoakCommand {
         return arguments
     }
 
-    /// Launches the app, waits for the moment `phase` aims at, and kills it.
+    /// Launches the app, waits for the moment `phase` aims at, and kills it (or, when
+    /// `terminates`, sends it SIGTERM and waits for it to exit).
     private func runCycle(
-        arguments: [String], effects: String, errors: String, phase: Phase, after prerequisite: String?, random: inout SeededGenerator
+        arguments: [String], effects: String, errors: String, phase: Phase, after prerequisite: String?, terminates: Bool,
+        random: inout SeededGenerator
     ) throws -> (end: CycleEnd, sawPrerequisite: Bool) {
         let tail = SoakJournalTail(path: effects)
-        let app = try Self.launch(arguments, errors: errors)
-        // Restoring a large backlog takes a while: the other phases come after it.
-        let prerequisites = phase == .restore ? [] : ["launch "] + (prerequisite.map { [$0] } ?? [])
+        let app = try Self.launch(arguments + ["--grace-ms", "\(graceMilliseconds)"], errors: errors)
+        // Restoring a large backlog takes a while: the other phases come after it. A SIGTERM
+        // waits until the app handles it (before its restore).
+        let prerequisites = (terminates ? ["signals "] : []) + (phase == .restore ? [] : ["launch "] + (prerequisite.map { [$0] } ?? []))
         var sawPrerequisite = true
         for line in prerequisites {
             sawPrerequisite = tail.waitForLine(startingWith: line, while: app, until: Date().addingTimeInterval(60)) && sawPrerequisite
@@ -232,6 +260,19 @@ struct SoakCommand {
             if reached { usleep(UInt32.random(in: 5_000...60_000, using: &random)) }
         case .removal:
             reached = tail.waitForLine(startingWith: "done ", while: app, until: deadline)
+        }
+        if terminates, app.isRunning {
+            let sent = Date()
+            kill(app.processIdentifier, SIGTERM)
+            // Waited for longer than the limit, so that a slow exit is measured, not cut short.
+            let exited = Self.waitForExit(app, timeout: Double(graceMilliseconds) / 1000 + 10)
+            let seconds = Date().timeIntervalSince(sent)
+            if exited, app.terminationReason != .exit, Self.isCrashersTrap(app.terminationStatus) || app.terminationStatus == SIGKILL {
+                // A poison upload (a crasher's trap, a killer's SIGKILL) ended the app first.
+                return (.diedByItself(signal: app.terminationStatus), sawPrerequisite)
+            }
+            return (.terminated(phase, reached: reached, seconds: exited ? seconds : .infinity,
+                                status: app.terminationStatus, bySignal: app.terminationReason != .exit), sawPrerequisite)
         }
         // The kill is the soak's when the app still ran; otherwise it exited, or the crasher
         // killed it (a crasher's kill in the instant before ours is counted as ours).
@@ -258,7 +299,7 @@ struct SoakCommand {
         // crash starts a helper process that inherits the app's descriptors; a soak kill that
         // lands while it runs can orphan it, and Foundation's `Process` then never sees the
         // app end.
-        process.environment = ProcessInfo.processInfo.environment.merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }
+        process.environment = ProcessInfo.processInfo.environment.merging(["SWIFT_BACKTRACE": ProcessInfo.processInfo.environment["CRASH_DEMO_APP_BACKTRACE"] ?? "enable=no"]) { $1 }
         process.standardOutput = FileHandle.nullDevice
         let errorHandle = FileHandle(forWritingAtPath: errors)
         errorHandle?.seekToEndOfFile()
@@ -354,7 +395,7 @@ final class SoakJournalTail {
 }
 
 extension SoakCommand {
-    static let usage = "usage: crash-demo soak [--cycles N] [--count M] [--albums A] [--seed S] [--directory DIR] [--crasher-every K] [--killer-every K] [--crash-loop-limit L] [--attempt-ms MS]"
+    static let usage = "usage: crash-demo soak [--cycles N] [--count M] [--albums A] [--seed S] [--directory DIR] [--crasher-every K] [--killer-every K] [--sigterm-every K] [--grace-ms MS] [--crash-loop-limit L] [--attempt-ms MS]"
 
     /// Reads the options of `crash-demo soak`.
     init(arguments: [String]) {
@@ -373,6 +414,8 @@ extension SoakCommand {
         if let directory = option("--directory", in: arguments) { self.directory = URL(fileURLWithPath: directory) }
         if let every = number("--crasher-every") { crasherEvery = every }
         if let every = number("--killer-every") { killerEvery = every }
+        if let every = number("--sigterm-every") { sigtermEvery = every }
+        if let milliseconds = number("--grace-ms") { graceMilliseconds = milliseconds }
         if let limit = number("--crash-loop-limit") { crashLoopLimit = limit }
         if let milliseconds = number("--attempt-ms") { attemptMilliseconds = milliseconds }
     }

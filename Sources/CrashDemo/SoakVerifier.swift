@@ -46,6 +46,10 @@ struct SoakVerifier {
         var graphNodesNotAdded = 0
         var startsBeforePrerequisites = 0
         var partlyRestoredBatches = 0
+        /// Attempts that SIGTERM shutdowns stopped (as uncounted retries).
+        var shutdownsStopped = 0
+        /// Starts whose retry count exceeds the counted retries the upload asked for before them.
+        var unaskedRetries = 0
     }
 
     struct FailedUpload {
@@ -80,9 +84,34 @@ struct SoakVerifier {
 
     mutating func verify() {
         countLaunchesPerPoison()
+        checkRetryBudget()
         checkOutcomes()
         checkOrder()
         checkStore()
+    }
+
+    /// No retry is counted that the upload did not ask for: a kill, a crash of another
+    /// operation and a SIGTERM shutdown (which stops attempts as uncounted retries) spend none.
+    /// Each start's retry count is at most the `retry I counted` lines of its upload before it
+    /// (fewer when a kill came between such a line and the saving of its retry). Poison
+    /// uploads, which the crashes are blamed on, are left out.
+    private mutating func checkRetryBudget() {
+        let poisons = Set(failed.filter { $0.behaviour == .crashesTheApp || $0.behaviour == .killsTheApp }.map(\.index))
+        var asked: [Int: Int] = [:]
+        for event in events {
+            switch event {
+            case .retry(let index, true):
+                asked[index, default: 0] += 1
+            case .started(let index, let attempt, let retries) where !poisons.contains(index) && retries > asked[index, default: 0]:
+                tally.unaskedRetries += 1
+                problems.append("upload \(index) started attempt \(attempt) with \(retries) retries counted, but asked for \(asked[index, default: 0])")
+            case .shutDown(let stopped, let stillRunning):
+                tally.shutdownsStopped += stopped
+                if stillRunning > 0 { problems.append("a SIGTERM shutdown left \(stillRunning) attempts running") }
+            default:
+                break
+            }
+        }
     }
 
     /// The launches that started an attempt of each poison upload moved aside.

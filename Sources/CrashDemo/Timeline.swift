@@ -116,6 +116,12 @@ struct Timeline {
             say(upload(index) + "not added: its prerequisite \(Self.names(after)) failed for good")
         case .finished:
             say("every upload finished; the app exits")
+        case .terminating:
+            say("SIGTERM: the app shuts down gracefully")
+        case .shutDown(let stopped, _):
+            say("shut down (\(stopped) attempts stopped as uncounted retries); the app exits 0")
+        case .handlesSignals:
+            break
         case .unknown(let line):
             say("(journal) \(line)")
         case .removed, .acknowledged, .restored, .adding, .failedArea:

@@ -26,7 +26,7 @@ do {
     switch arguments.first {
     case "app":
         guard let store = option("--store"), let effects = option("--effects"), let count = option("--count").flatMap(Int.init) else {
-            fail("usage: crash-demo app --store DIR --effects FILE --count N [--albums A] [--crash-loop-limit K] [--crasher | --killer] [--attempt-ms MS] [--max-concurrent W] [--inactive]")
+            fail("usage: crash-demo app --store DIR --effects FILE --count N [--albums A] [--crash-loop-limit K] [--crasher | --killer] [--attempt-ms MS] [--max-concurrent W] [--inactive] [--grace-ms MS]")
         }
         var app = AppCommand(store: URL(fileURLWithPath: store), effects: effects, count: count)
         if let albums = option("--albums").flatMap(Int.init) { app.albums = albums }
@@ -36,6 +36,7 @@ do {
         app.addsKiller = arguments.contains("--killer")
         if let width = option("--max-concurrent").flatMap(Int.init), width > 0 { app.maximumConcurrentAttempts = width }
         app.isInactive = arguments.contains("--inactive")
+        if let milliseconds = option("--grace-ms").flatMap(Int.init), milliseconds >= 0 { app.graceMilliseconds = milliseconds }
         try app.run()
     case "hold":
         // Opens the store, says so, and keeps it open until killed (the two-process lock test).

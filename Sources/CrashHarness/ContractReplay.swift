@@ -100,7 +100,7 @@ package struct ContractReplay {
             }
             completedInLaunch[index] = launches
             completed.insert(index)
-        case .retry, .failed, .movedToFailed, .abandoned, .finished, .unknown:
+        case .retry, .failed, .movedToFailed, .abandoned, .finished, .handlesSignals, .terminating, .shutDown, .unknown:
             break
         }
     }

@@ -39,6 +39,12 @@ package enum JournalEvent: Equatable {
     case abandoned(id: String, prerequisite: String)
     /// Every operation finished and the app exits: `finished`.
     case finished
+    /// The app handles SIGTERM from here on: `signals PID`.
+    case handlesSignals(pid: Int32)
+    /// SIGTERM arrived; the app shuts down: `sigterm PID`.
+    case terminating(pid: Int32)
+    /// The shutdown ended and the app exits 0: `shutdown ended=E stopped=S still-running=R seconds=T`.
+    case shutDown(stopped: Int, stillRunning: Int)
     /// A line this version does not know.
     case unknown(String)
 
@@ -84,6 +90,12 @@ package enum JournalEvent: Equatable {
             self = .abandoned(id: String(words[1]), prerequisite: String(value("prerequisite")!))
         case ("finished", _):
             self = .finished
+        case ("signals", _) where words.count == 2:
+            self = .handlesSignals(pid: Int32(words[1]) ?? 0)
+        case ("sigterm", _) where words.count == 2:
+            self = .terminating(pid: Int32(words[1]) ?? 0)
+        case ("shutdown", _) where number("stopped") != nil:
+            self = .shutDown(stopped: number("stopped") ?? 0, stillRunning: number("still-running") ?? 0)
         default:
             self = .unknown(String(line))
         }
