@@ -23,7 +23,8 @@ import Darwin
 /// of `--killer-every` one that gets it SIGKILLed (`--killer`, as iOS kills an app for memory
 /// or a hang). Every K-th cycle of `--sigterm-every` (not one that adds a poison) sends SIGTERM
 /// instead of SIGKILL, as a deploy does: the app must shut down gracefully and exit 0 within its
-/// grace period (`--grace-ms`) plus 1 s. The store, the effects
+/// grace period (`--grace-ms`) plus 1 s (for a SIGTERM during the restore, which finishes
+/// first, counted from the restore's end). The store, the effects
 /// journal and the apps' standard error stay in DIR (default: a new temporary directory,
 /// deleted when every check passed). Exits 0 when every check passed, 1 otherwise.
 struct SoakCommand {
@@ -89,6 +90,8 @@ struct SoakCommand {
         // first never adds it (the next cycle adds that index as an ordinary upload).
         var crashersAcknowledged = 0
         var killersAcknowledged = 0
+        // For each SIGTERM, the seconds until the app's process had exited.
+        var exitSeconds: [Double] = []
         for cycle in 0..<cycles {
             let addsCrasher = crasherEvery > 0 && cycle % crasherEvery == crasherEvery / 2
             let addsKiller = !addsCrasher && killerEvery > 0 && cycle % killerEvery == killerEvery - 1
@@ -107,7 +110,7 @@ struct SoakCommand {
                     crasher: addsCrasher, killer: addsKiller
                 ),
                 effects: effects, errors: errors, phase: phase,
-                after: addsPoison ? "ack \(launchCount) " : nil, terminates: terminates, random: &random
+                after: addsPoison ? "ack \(launchCount) " : nil, terminates: terminates, exitSeconds: &exitSeconds, random: &random
             )
             if case .terminated(let phase, _, let seconds, let status, let bySignal) = end {
                 let limit = Double(graceMilliseconds) / 1000 + 1
@@ -115,7 +118,7 @@ struct SoakCommand {
                     problems.append("cycle \(cycle): after SIGTERM during \(phase.rawValue) the app \(bySignal ? "died of signal" : "exited with status") \(status) (see \(errors))")
                 }
                 if seconds > limit {
-                    problems.append("cycle \(cycle): after SIGTERM during \(phase.rawValue) the app took \(String(format: "%.2f", seconds)) s to exit (limit \(limit) s)")
+                    problems.append("cycle \(cycle): after SIGTERM during \(phase.rawValue) the app took \(String(format: "%.2f", seconds)) s to shut down and exit (limit \(limit) s to shut down)")
                 }
             }
             if case .exited(let status) = end, status != 0 {
@@ -190,7 +193,7 @@ struct SoakCommand {
         print("""
               cycles: \(cycles) (\(ends.count - diedByItself - exitedEarly - terminations.count) killed by the soak, \(terminations.count) sent SIGTERM, \(diedByItself) ended by a poison (a crasher or a killer), \(exitedEarly) finished before the kill)
               kills by phase: \(phases) (\(late) of them after the aimed-at moment did not come within 2 s)
-              SIGTERMs by phase: \(Phase.allCases.map { "\($0.rawValue) \(terminationsByPhase[$0.rawValue, default: 0])" }.joined(separator: ", ")); exited 0 within \(String(format: "%.2f", terminations.max() ?? 0)) s at most (limit: the grace period \(graceMilliseconds) ms + 1 s), \(tally.shutdownsStopped) attempts stopped by them as uncounted retries
+              SIGTERMs by phase: \(Phase.allCases.map { "\($0.rawValue) \(terminationsByPhase[$0.rawValue, default: 0])" }.joined(separator: ", ")); shut down within \(String(format: "%.2f", terminations.max() ?? 0)) s at most (limit: the grace period \(graceMilliseconds) ms + 1 s, from the SIGTERM or, during a restore, from the restore's end), and exited 0 within \(String(format: "%.2f", exitSeconds.max() ?? 0)) s, \(tally.shutdownsStopped) attempts stopped by them as uncounted retries
               retries counted without a counted retry asked for: \(tally.unaskedRetries)
               launches: \(cycles + finalLaunches) (\(finalLaunches) after the last cycle, \(finalCrashes) of them crashed by a crasher, \(finalKills) killed by a killer; \(tally.launches) got as far as restoring); a crasher to add in \(crasherLaunches) cycles, acknowledged in \(crashersAcknowledged); a killer to add in \(killerLaunches) cycles, acknowledged in \(killersAcknowledged) (an app a poison ended first adds none)
               acknowledged: \(tally.acknowledged), completed: \(tally.completed), failed for good (refused): \(tally.refused)
@@ -233,7 +236,7 @@ struct SoakCommand {
     /// `terminates`, sends it SIGTERM and waits for it to exit).
     private func runCycle(
         arguments: [String], effects: String, errors: String, phase: Phase, after prerequisite: String?, terminates: Bool,
-        random: inout SeededGenerator
+        exitSeconds: inout [Double], random: inout SeededGenerator
     ) throws -> (end: CycleEnd, sawPrerequisite: Bool) {
         let tail = SoakJournalTail(path: effects)
         let app = try Self.launch(arguments + ["--grace-ms", "\(graceMilliseconds)"], errors: errors)
@@ -262,11 +265,31 @@ struct SoakCommand {
             reached = tail.waitForLine(startingWith: "done ", while: app, until: deadline)
         }
         if terminates, app.isRunning {
-            let sent = Date()
+            tail.poll()
+            let restoreEnded = tail.lines.contains { $0.hasPrefix("launch ") }
+            var clockStart = Date()
             kill(app.processIdentifier, SIGTERM)
-            // Waited for longer than the limit, so that a slow exit is measured, not cut short.
-            let exited = Self.waitForExit(app, timeout: Double(graceMilliseconds) / 1000 + 10)
-            let seconds = Date().timeIntervalSince(sent)
+            if !restoreEnded {
+                // A SIGTERM during the restore lets the restore finish first (it cannot stop
+                // halfway): the grace period counts from its end, when the app journals `launch`.
+                if tail.waitForLine(startingWith: "launch ", while: app, until: Date().addingTimeInterval(300)) { clockStart = Date() }
+            }
+            // The queue has shut down once the app journals `shutdown` (what is left is
+            // `exit(0)`, which a sanitizer's teardown can make slow): the grace period's limit
+            // applies to that moment; the exit itself is waited for, longer.
+            // (The wait for `launch` may have read it already, and an app that exits at once
+            // ends the wait before it is read: the app journals it once, so every line read
+            // counts.)
+            func journaledShutdown() -> Bool {
+                tail.poll()
+                return tail.lines.contains { $0.hasPrefix("shutdown ") }
+            }
+            let shutDown = journaledShutdown()
+                || tail.waitForLine(startingWith: "shutdown ", while: app, until: Date().addingTimeInterval(Double(graceMilliseconds) / 1000 + 10))
+                || journaledShutdown()
+            let seconds = shutDown ? Date().timeIntervalSince(clockStart) : .infinity
+            let exited = Self.waitForExit(app, timeout: 10)
+            exitSeconds.append(Date().timeIntervalSince(clockStart))
             if exited, app.terminationReason != .exit, Self.isCrashersTrap(app.terminationStatus) || app.terminationStatus == SIGKILL {
                 // A poison upload (a crasher's trap, a killer's SIGKILL) ended the app first.
                 return (.diedByItself(signal: app.terminationStatus), sawPrerequisite)

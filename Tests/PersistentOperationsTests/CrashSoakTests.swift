@@ -34,8 +34,8 @@ struct CrashSoakTests {
         #expect(output.contains("crash soak: PASS"))
         #expect(output.contains("lost: 0,"))
         // And every fourth cycle's SIGTERM (15 of the 60, less those whose app a poison
-        // upload ended first) led to a graceful exit with status 0 within the grace period
-        // plus 1 s (the driver's checks), spending no retry
+        // upload ended first) led to a shutdown within the grace period plus 1 s and an exit
+        // with status 0 (the driver's checks), spending no retry
         let terminated = output.split(separator: "\n").first { $0.hasPrefix("  cycles:") }
             .flatMap { line in line.split(separator: ",").first { $0.hasSuffix("sent SIGTERM") } }
             .flatMap { Int($0.split(separator: " ").first ?? "") }
