@@ -67,10 +67,15 @@ final class EventHub: Sendable {
     }
 
     /// Delivers the outbox's items, in order, until it is empty. On the delivery queue.
-    private func drain() {
+    ///
+    /// `endsDrain`: whether this is the drain `post` queued, which marks the outbox as no longer
+    /// draining when it finds it empty (atomically with finding it empty, so that an item
+    /// posted meanwhile queues a drain of its own); a flush delivers what waits and leaves
+    /// that to the drain on its way.
+    private func drain(endsDrain: Bool = true) {
         while true {
             let items = outbox.withLock { outbox -> [Item] in
-                if outbox.items.isEmpty {
+                if outbox.items.isEmpty, endsDrain {
                     outbox.isDraining = false
                     outbox.lastDrainEnded = DispatchTime.now().uptimeNanoseconds
                 }
@@ -163,9 +168,12 @@ final class EventHub: Sendable {
     /// than queued for delivery: a dispatch to the delivery queue wakes a thread, three times
     /// in every operation's lifecycle.
     var hasSubscribers: Bool {
-        subscribers.withLock {
-            $0.handler != nil || Self.needsSubjects($0) || !$0.streams.isEmpty || !$0.monitors.isEmpty || $0.monitorsToRegister > 0
-        }
+        subscribers.withLock { Self.listens($0) }
+    }
+
+    private static func listens(_ subscribers: Subscribers) -> Bool {
+        subscribers.handler != nil || needsSubjects(subscribers) || !subscribers.streams.isEmpty
+            || !subscribers.monitors.isEmpty || subscribers.monitorsToRegister > 0
     }
 
     func emit(_ event: PersistentOperationEvent) {
@@ -191,13 +199,7 @@ final class EventHub: Sendable {
     /// read from ``subjectProvider`` (only while a subject handler is set).
     func emit(contentsOf events: [PersistentOperationEvent], subjects known: [PersistentOperationEvent.Subject?]? = nil) {
         guard !events.isEmpty else { return }
-        let (listens, needsSubjects) = subscribers.withLock { subscribers in
-            (
-                subscribers.handler != nil || Self.needsSubjects(subscribers) || !subscribers.streams.isEmpty
-                    || !subscribers.monitors.isEmpty || subscribers.monitorsToRegister > 0,
-                Self.needsSubjects(subscribers)
-            )
-        }
+        let (listens, needsSubjects) = subscribers.withLock { (Self.listens($0), Self.needsSubjects($0)) }
         guard listens else { return }
         // The subjects are read now: by delivery time, an operation that ended is forgotten.
         let source = needsSubjects ? subjectSource.withLock { $0.source } : nil
@@ -239,20 +241,7 @@ final class EventHub: Sendable {
     /// Waits until every event emitted so far has been delivered: delivers what waits in the
     /// outbox now, on the delivery queue, rather than waiting for a coalescing drain's delay.
     func flush() {
-        delivery.sync { self.deliverWaitingItems() }
-    }
-
-    /// Delivers what the outbox holds, leaving the drain that is on its way (if any) to find
-    /// it empty. On the delivery queue.
-    private func deliverWaitingItems() {
-        while true {
-            let items = outbox.withLock { outbox -> [Item] in
-                defer { outbox.items = [] }
-                return outbox.items
-            }
-            if items.isEmpty { return }
-            deliver(items)
-        }
+        delivery.sync { self.drain(endsDrain: false) }
     }
 
     func finishStreams() {
