@@ -286,23 +286,27 @@ extension RetryingOperation {
                 finish(.failed(expired), wasExecuting: true)
                 return
             }
+            /// The fields of the message that announces the retry.
+            func retryFields(delay: TimeInterval?) -> [String: String] {
+                attemptFields(["outcome": "retry", "counted": "\(counted)", "delay": delay.map { "\($0)" }, "error": error.map { String(describing: $0) }])
+            }
             let helpers: [RetryHelper]
             switch wait {
             case .helpers(let given):
                 helpers = given
                 log(.info, "attempt failed; waiting for \(given.count) retry helper(s)\(counted ? "" : " (uncounted retry)")") {
-                    self.attemptFields(["outcome": "retry", "counted": "\(counted)", "error": error.map { String(describing: $0) }])
+                    retryFields(delay: nil)
                 }
             case .delay(let delay):
                 helpers = [TimerRetryHelper(retryDelay: delay, retryingOperation: self)]
                 log(.info, "attempt failed; retrying in \(delay) s\(counted ? "" : " (uncounted retry)")") {
-                    self.attemptFields(["outcome": "retry", "counted": "\(counted)", "delay": "\(delay)", "error": error.map { String(describing: $0) }])
+                    retryFields(delay: delay)
                 }
             case .policyDelay:
                 let delay = policy.delay(forRetry: retries + 1)
                 helpers = [TimerRetryHelper(retryDelay: delay, retryingOperation: self)]
                 log(.info, "attempt failed\(error.map { " with \($0)" } ?? ""); retrying in \(delay) s\(counted ? "" : " (uncounted retry)")") {
-                    self.attemptFields(["outcome": "retry", "counted": "\(counted)", "delay": "\(delay)", "error": error.map { String(describing: $0) }])
+                    retryFields(delay: delay)
                 }
             }
             let (driver, attempts) = machine.withLock { state in
