@@ -241,8 +241,10 @@ struct SoakCommand {
         let tail = SoakJournalTail(path: effects)
         let app = try Self.launch(arguments + ["--grace-ms", "\(graceMilliseconds)"], errors: errors)
         // Restoring a large backlog takes a while: the other phases come after it. A SIGTERM
-        // waits until the app handles it (before its restore).
-        let prerequisites = (terminates ? ["signals "] : []) + (phase == .restore ? [] : ["launch "] + (prerequisite.map { [$0] } ?? []))
+        // waits until the app handles it: its `signals` line comes before the restore, so only
+        // a SIGTERM aimed at the restore waits for it (one wait, since a wait consumes every
+        // line it read: a `launch` read with `signals` would be missed by the next).
+        let prerequisites = phase == .restore ? (terminates ? ["signals "] : []) : ["launch "] + (prerequisite.map { [$0] } ?? [])
         var sawPrerequisite = true
         for line in prerequisites {
             sawPrerequisite = tail.waitForLine(startingWith: line, while: app, until: Date().addingTimeInterval(60)) && sawPrerequisite
