@@ -8,15 +8,15 @@ import Testing
 struct FlushCountTests {
     /// A queue over a file system that counts flushes; `width` attempts run at once.
     ///
-    /// The writer's flush delay is 10 s here, not 50 ms: a removal then always rides along
-    /// with the next add's flush (or the close's), as it does in an app whose next add comes
-    /// within 50 ms. With the default, a removal whose next add comes later (under Thread
+    /// The writer's flush delay is an hour here, not 50 ms (a run slowed by Thread Sanitizer can
+    /// outlast seconds): a removal then always rides along with the next add's flush (or the
+    /// close's), as it does in an app whose next add comes within 50 ms. With the default, a removal whose next add comes later (under Thread
     /// Sanitizer, one at a time) gets a flush of its own, and the counts would measure the
     /// machine's speed.
     static func queue(_ directory: TemporaryDirectory, flushes: Locked<Int>, width: Int = 1) throws -> PersistentOperationQueue {
         var configuration = PersistentOperationQueue.Configuration()
         configuration.fileSystem = .countingFlushes(flushes, fileSyncs: true, directorySyncs: true)
-        configuration.storeFlushDelay = 10
+        configuration.storeFlushDelay = 3_600
         let operationQueue = OperationQueue()
         operationQueue.maxConcurrentOperationCount = width
         let queue = try PersistentOperationQueue(directory: directory.store, operationQueue: operationQueue, configuration: configuration)

@@ -316,15 +316,15 @@ struct JournalStoreTests {
 
     @Test
     func removalsRideAlongWithTheNextFlush() async throws {
-        // Given a store whose flushes are counted (and whose timer would flush a lone removal
-        // after 10 s only, and which does not compact by itself — a store drained past 256 KiB
-        // starts over, with flushes of its own — so that only the flushes the changes ask for
-        // are counted)
+        // Given a store whose flushes are counted, so that only the flushes the changes ask
+        // for are counted: its timer flushes a lone removal after an hour only (a test slowed
+        // by Thread Sanitizer on a busy machine can outlast 10 s), and it does not compact by
+        // itself (a store drained past 256 KiB starts over, with flushes of its own)
         let directory = try TemporaryDirectory()
         let flushes = Locked(0)
         let fileSystem = FileSystem.countingFlushes(flushes)
         let store = try JournalStore(
-            directory: directory.store, configuration: .init(compactsAutomatically: false, flushDelay: 10, fileSystem: fileSystem)
+            directory: directory.store, configuration: .init(compactsAutomatically: false, flushDelay: 3_600, fileSystem: fileSystem)
         )
         defer { store.close() }
         flushes.withLock { $0 = 0 }   // (the open's: the segment header, the space reserve)
@@ -383,7 +383,7 @@ struct JournalStoreTests {
         let directory = try TemporaryDirectory()
         let flushes = Locked(0)
         let fileSystem = FileSystem.countingFlushes(flushes)
-        let store = try JournalStore(directory: directory.store, configuration: .init(flushDelay: 10, fileSystem: fileSystem))
+        let store = try JournalStore(directory: directory.store, configuration: .init(flushDelay: 3_600, fileSystem: fileSystem))
         defer { store.close() }
         let records = try (1...2).map { try makeRecord(index: $0) }
         for record in records { try store.add(record) }
