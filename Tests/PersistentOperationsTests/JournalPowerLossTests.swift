@@ -29,17 +29,20 @@ struct JournalPowerLossTests {
         var flushes: Bool
     }
 
-    static func configuration(_ calls: FileSystem, durability: JournalStore.Durability = .flushed) -> JournalStore.Configuration {
+    static func configuration(_ calls: FileSystem, durability: JournalStore.Durability = .flushed, remembersKeys: Bool = true) -> JournalStore.Configuration {
         // Removals are flushed only by the next flushing step: the timer never fires in a run.
-        .init(durability: durability, segmentSize: 6 << 10, compactsAutomatically: false, flushDelay: 3_600, fileSystem: calls)
+        var configuration = JournalStore.Configuration(durability: durability, segmentSize: 6 << 10, compactsAutomatically: false, flushDelay: 3_600, fileSystem: calls)
+        configuration.idempotencyWindow = remembersKeys ? 3_600 : 0
+        return configuration
     }
 
     /// Runs the seeded workload on `disk` and returns its steps.
     static func runWorkload(
-        on disk: PowerLossFileSystem, calls: FileSystem, durability: JournalStore.Durability = .flushed, seed: UInt64, steps count: Int
+        on disk: PowerLossFileSystem, calls: FileSystem, durability: JournalStore.Durability = .flushed, remembersKeys: Bool = true,
+        seed: UInt64, steps count: Int
     ) throws -> [Step] {
         var random = SeededGenerator(seed: seed)
-        let store = try JournalStore(directory: directory, configuration: configuration(calls, durability: durability))
+        let store = try JournalStore(directory: directory, configuration: configuration(calls, durability: durability, remembersKeys: remembersKeys))
         var places: [String: Place] = [:]
         var created: [String] = []
         var steps: [Step] = []
@@ -64,6 +67,11 @@ struct JournalPowerLossTests {
                     // Records of record format version 6 (in a lane) among the others.
                     record.lane = "lane:\(index % 2)"
                     record.payloadVersion = 2
+                }
+                if index % 4 == 1 {
+                    // Records with idempotency keys, some keys shared: their removals are
+                    // retire frames, which must keep the key whenever the record is gone.
+                    record.idempotencyKey = Self.idempotencyKeys[index % Self.idempotencyKeys.count]
                 }
                 try run("add", touching: [record.id]) {
                     try store.add(record)
@@ -123,14 +131,18 @@ struct JournalPowerLossTests {
         return steps
     }
 
-    /// What a journal opened on `disk` holds.
-    static func restore(from disk: PowerLossFileSystem) throws -> [String: Place] {
+    /// The idempotency keys of the workload's keyed records.
+    static let idempotencyKeys = ["order 1", "order 2", "order 3"]
+
+    /// What a journal opened on `disk` holds: its records, and the records its idempotency keys name.
+    static func restore(from disk: PowerLossFileSystem) throws -> (places: [String: Place], keyed: Set<String>) {
         let store = try JournalStore(directory: directory, configuration: configuration(disk.fileSystem))
         defer { store.close() }
         var places: [String: Place] = [:]
         for record in try store.loadPending().records { places[record.id] = .pending(record) }
         for record in try store.loadFailed().records { places[record.id] = .failed(record) }
-        return places
+        let keyed = Set(idempotencyKeys.flatMap { store.records(withIdempotencyKey: $0) })
+        return (places, keyed)
     }
 
     @Test(arguments: [0x0022_B10C, 7, 1_234_567] as [UInt64])
@@ -173,16 +185,26 @@ struct JournalPowerLossTests {
         #expect(!outcome.problems.isEmpty)
     }
 
+    @Test func theCheckCatchesAJournalThatForgetsTheKeysOfRemovedRecords() async throws {
+        // Given a journal that remembers no idempotency key past its record (a window of 0)
+        // When it runs the workload under power cuts
+        let outcome = try await onDedicatedThread { try Self.cutAndRestore(workloadSeed: 7, remembersKeys: false) }
+        // Then the check reports keyed records that are gone and not found by their key
+        #expect(outcome.problems.contains { $0.contains("is not found by its idempotency key") })
+    }
+
     /// Runs the workload with `workloadSeed` and ``cutsPerSeed`` cuts (the workload makes the
     /// same calls in every run: a dry run finds where its steps are), opens each cut and
     /// returns what did not match.
     static func cutAndRestore(
-        workloadSeed: UInt64, splitsRenames: Bool = false, durability: JournalStore.Durability = .flushed,
+        workloadSeed: UInt64, splitsRenames: Bool = false, durability: JournalStore.Durability = .flushed, remembersKeys: Bool = true,
         calls: (PowerLossFileSystem) -> FileSystem = { $0.fileSystem }
     ) throws -> (cuts: Int, problems: [String]) {
         let stepCount = 120
         let dryRun = PowerLossFileSystem(splitsRenamesBetweenDirectories: splitsRenames)
-        let plannedSteps = try runWorkload(on: dryRun, calls: calls(dryRun), durability: durability, seed: workloadSeed, steps: stepCount)
+        let plannedSteps = try runWorkload(
+            on: dryRun, calls: calls(dryRun), durability: durability, remembersKeys: remembersKeys, seed: workloadSeed, steps: stepCount
+        )
         let callCount = dryRun.callCount
         var random = SeededGenerator(seed: workloadSeed ^ 0xC0_7C07)
         let disk = PowerLossFileSystem(splitsRenamesBetweenDirectories: splitsRenames)
@@ -197,7 +219,9 @@ struct JournalPowerLossTests {
                 disk.armCut(beforeCall: Int.random(in: step.firstCall...step.lastCall, using: &random), seed: random.next())
             }
         }
-        let steps = try runWorkload(on: disk, calls: calls(disk), durability: durability, seed: workloadSeed, steps: stepCount)
+        let steps = try runWorkload(
+            on: disk, calls: calls(disk), durability: durability, remembersKeys: remembersKeys, seed: workloadSeed, steps: stepCount
+        )
         let cuts = disk.cuts
         var problems: [String] = []
         var kept = 0
@@ -226,8 +250,9 @@ struct JournalPowerLossTests {
             func check(_ disk: PowerLossFileSystem, _ label: String) {
                 // Then the journal opens on what the cut left
                 let found: [String: Place]
+                let keyed: Set<String>
                 do {
-                    found = try restore(from: disk)
+                    (found, keyed) = try restore(from: disk)
                 } catch {
                     problems.append("\(label): the journal does not open: \(error)")
                     return
@@ -243,6 +268,14 @@ struct JournalPowerLossTests {
                         kept += 1
                     }
                     if place != .absent, choices.first == .absent { undoneRemovals += 1 }
+                }
+                // And a keyed record stored by an acknowledged step is found by its key, whether
+                // it is still there or gone (its removal remembered the key in the same frame)
+                for (id, choices) in allowed where choices.contains(where: { $0.idempotencyKey != nil }) {
+                    let stored = acknowledged.contains { $0.after[id].map { $0 != .absent } ?? false }
+                    if stored, !keyed.contains(id) {
+                        problems.append("\(label): record \(id.prefix(8)) (\(found[id] ?? .absent)) is not found by its idempotency key")
+                    }
                 }
                 // And a batch counts all or none
                 if let inFlight, let batchID = inFlight.batchID {
@@ -270,5 +303,15 @@ struct JournalPowerLossTests {
         }
         print("power cuts of the journal store, workload seed \(workloadSeed)\(splitsRenames ? " (renames split)" : ""): \(cuts.count) cuts in \(callCount) calls, \(steps.count) steps (" + Dictionary(grouping: steps, by: \.name).map { "\($0.key) \($0.value.count)" }.sorted().joined(separator: ", ") + "); records found as expected \(kept), removals undone \(undoneRemovals), batches in flight kept whole \(inFlightKept), problems \(problems.count), second cuts during the open after a cut \(cutsDuringOpen); cuts during " + cutsByStep.map { "\($0.key) \($0.value)" }.sorted().joined(separator: ", "))
         return (cuts.count, problems)
+    }
+}
+
+extension PowerLossStoreTests.Place {
+    /// The idempotency key of the record in this place.
+    var idempotencyKey: String? {
+        switch self {
+        case .absent: nil
+        case .pending(let record), .failed(let record): record.idempotencyKey
+        }
     }
 }

@@ -51,8 +51,10 @@ import Foundation
 /// assert(scan.frames.map(\.frame) == [JournalFrame(kind: .put, body: recordBytes)])
 /// ```
 package struct JournalFrame: Sendable, Equatable {
-    /// What a frame does to the store. A new kind needs a new segment format version: a
-    /// version 1 reader reports a frame of a kind it does not know as damage.
+    /// What a frame does to the store. A reader reports a frame of a kind it does not know as
+    /// damage (and quarantines it): a new kind needs a new segment format version unless
+    /// losing it that way loses nothing (``retire``: an older reader leaves the record
+    /// pending, and it runs again, at least once as ever).
     package enum Kind: UInt8, Sendable, CaseIterable {
         /// Adds a record or rewrites it; the body is the record.
         case put = 1
@@ -64,6 +66,9 @@ package struct JournalFrame: Sendable, Equatable {
         case moveToFailed = 4
         /// Crash evidence: an attempt started or ended.
         case attempt = 5
+        /// Removes a record and remembers its idempotency key until a date; the body names
+        /// both (see `JournalFrame+Retire.swift`).
+        case retire = 6
     }
 
     /// The size of a frame header in bytes.

@@ -40,6 +40,7 @@ extension OperationRecord {
             if completedPeriods != 0 { entries["completedPeriods"] = .integer(Int64(completedPeriods)) }
         }
         if payloadVersion != 1 { entries["payloadVersion"] = .integer(Int64(payloadVersion)) }
+        entries["idempotencyKey"] = idempotencyKey.map { .string($0) }
         if formatVersion >= 6 {
             entries["lane"] = lane.map { .string($0) }
             if laneHoldsOnFailure { entries["laneHoldsOnFailure"] = .bool(true) }
@@ -73,7 +74,7 @@ extension OperationRecord {
     struct Fields {
         /// A field a record body may hold (its key is ``name``).
         enum Key: Int, CaseIterable {
-            case formatVersion, id, typeIdentifier, payload, priority, enqueueSequence, enqueuedAt, notBefore, tags, uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription, failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions, repeatInterval, repeatFlex, periodTarget, completedPeriods, lane, laneHoldsOnFailure, isHoldingLane, payloadVersion
+            case formatVersion, id, typeIdentifier, payload, priority, enqueueSequence, enqueuedAt, notBefore, tags, uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription, failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions, repeatInterval, repeatFlex, periodTarget, completedPeriods, lane, laneHoldsOnFailure, isHoldingLane, payloadVersion, idempotencyKey
 
             /// The key in the property list.
             var name: String { Self.names[rawValue] }
@@ -211,7 +212,8 @@ extension OperationRecord {
             lane: lane,
             laneHoldsOnFailure: laneHoldsOnFailure,
             isHoldingLane: isHoldingLane,
-            payloadVersion: payloadVersion
+            payloadVersion: payloadVersion,
+            idempotencyKey: try optional(.idempotencyKey, \.stringValue)
         )
         self.formatVersion = formatVersion
     }

@@ -105,6 +105,15 @@ import Foundation
 ///
 /// A reader that does not know the key reads the payload as its own type's, as before the key
 /// existed: a payload that changed incompatibly does not decode and is quarantined there.
+///
+/// ## The idempotency key (any format version)
+///
+/// | Key | Type | Meaning |
+/// |---|---|---|
+/// | `idempotencyKey` | string? | The `EnqueueOptions.idempotencyKey` the operation or its batch was added with. |
+///
+/// A reader that does not know the key runs the record as any other; only a repeated add
+/// needs it.
 package struct OperationRecord: Codable, Sendable, Equatable {
     /// The newest record format version this library writes (in the journal) and reads.
     package static let currentFormatVersion = 6
@@ -233,6 +242,13 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         get { extras?.payloadVersion ?? 1 }
         set { extras.changeField(to: newValue, isDefault: newValue == 1) { $0.payloadVersion = $1 } }
     }
+    /// The idempotency key the operation (or its batch) was added with (any record format
+    /// version): a repeated add with the key finds this record while it is stored, and its
+    /// removal remembers the key for a while (`JournalStore`'s retire frames).
+    package var idempotencyKey: String? {
+        get { extras?.idempotencyKey }
+        set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.idempotencyKey = $1 } }
+    }
 
     /// The fields most records leave at their defaults. Shared by copies of a record until one
     /// of them changes a field (copy on write); never changed while shared, hence `Sendable`.
@@ -254,6 +270,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         var laneHoldsOnFailure = false
         var isHoldingLane = false
         var payloadVersion = 1
+        var idempotencyKey: String?
 
         /// Whether every field has its default value (a `-0` flex is not the default: it
         /// must read back as it was set).
@@ -262,6 +279,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
                 && prerequisites.isEmpty && batchID == nil && failedPrerequisite == nil && expiresAt == nil
                 && conditions.isEmpty && repeatInterval == nil && repeatFlex == 0 && repeatFlex.sign == .plus
                 && periodTarget == nil && completedPeriods == 0 && lane == nil && !laneHoldsOnFailure && !isHoldingLane && payloadVersion == 1
+                && idempotencyKey == nil
         }
 
         func copy() -> Extras {
@@ -283,6 +301,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             copy.laneHoldsOnFailure = laneHoldsOnFailure
             copy.isHoldingLane = isHoldingLane
             copy.payloadVersion = payloadVersion
+            copy.idempotencyKey = idempotencyKey
             return copy
         }
     }
@@ -316,7 +335,8 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         lane: String? = nil,
         laneHoldsOnFailure: Bool = false,
         isHoldingLane: Bool = false,
-        payloadVersion: Int = 1
+        payloadVersion: Int = 1,
+        idempotencyKey: String? = nil
     ) {
         self.id = id
         self.typeIdentifier = typeIdentifier
@@ -346,6 +366,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         self.laneHoldsOnFailure = laneHoldsOnFailure
         self.isHoldingLane = isHoldingLane
         self.payloadVersion = payloadVersion
+        self.idempotencyKey = idempotencyKey
         self.formatVersion = requiredFormatVersion
     }
 
@@ -354,7 +375,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         case uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription
         case failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions
         case repeatInterval, repeatFlex, periodTarget, completedPeriods
-        case lane, laneHoldsOnFailure, isHoldingLane, payloadVersion
+        case lane, laneHoldsOnFailure, isHoldingLane, payloadVersion, idempotencyKey
     }
 
     /// Decodes a record body with any `Decoder` (Foundation's property-list decoder reads one);
@@ -389,7 +410,8 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             lane: try container.decodeIfPresent(String.self, forKey: .lane),
             laneHoldsOnFailure: try container.decodeIfPresent(Bool.self, forKey: .laneHoldsOnFailure) ?? false,
             isHoldingLane: try container.decodeIfPresent(Bool.self, forKey: .isHoldingLane) ?? false,
-            payloadVersion: try container.decodeIfPresent(Int.self, forKey: .payloadVersion) ?? 1
+            payloadVersion: try container.decodeIfPresent(Int.self, forKey: .payloadVersion) ?? 1,
+            idempotencyKey: try container.decodeIfPresent(String.self, forKey: .idempotencyKey)
         )
         formatVersion = try container.decode(Int.self, forKey: .formatVersion)
     }
@@ -425,6 +447,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         if laneHoldsOnFailure { try container.encode(true, forKey: .laneHoldsOnFailure) }
         if isHoldingLane { try container.encode(true, forKey: .isHoldingLane) }
         if payloadVersion != 1 { try container.encode(payloadVersion, forKey: .payloadVersion) }
+        try container.encodeIfPresent(idempotencyKey, forKey: .idempotencyKey)
     }
 
     /// Records are equal when every field is; ``formatVersion`` says how the record was read or
@@ -442,7 +465,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             && lhs.repeatInterval == rhs.repeatInterval && lhs.repeatFlex == rhs.repeatFlex
             && lhs.periodTarget == rhs.periodTarget && lhs.completedPeriods == rhs.completedPeriods
             && lhs.lane == rhs.lane && lhs.laneHoldsOnFailure == rhs.laneHoldsOnFailure && lhs.isHoldingLane == rhs.isHoldingLane
-            && lhs.payloadVersion == rhs.payloadVersion
+            && lhs.payloadVersion == rhs.payloadVersion && lhs.idempotencyKey == rhs.idempotencyKey
     }
 
     /// The lowest format version that holds every field of the record, for a file of the

@@ -29,6 +29,8 @@ extension RecordFormat {
         package var dueDate: Date? = nil
         /// Whether it is a periodic operation's record, for counts of periodic series.
         package var isPeriodic = false
+        /// The idempotency key it was added with, for repeated adds.
+        package var idempotencyKey: String? = nil
     }
 
 }
@@ -38,7 +40,8 @@ extension RecordFormat.IndexFields {
     package init(_ record: OperationRecord, id: UUID) {
         self.init(
             id: id, enqueueSequence: record.enqueueSequence, priority: record.priority, typeIdentifier: record.typeIdentifier,
-            attemptsInFlight: record.attemptsInFlight, dueDate: record.dueDate, isPeriodic: record.isPeriodic
+            attemptsInFlight: record.attemptsInFlight, dueDate: record.dueDate, isPeriodic: record.isPeriodic,
+            idempotencyKey: record.idempotencyKey
         )
     }
 }
@@ -94,6 +97,7 @@ private struct PropertyListPeek {
         var notBefore: Double?
         var nextAttemptAt: Double?
         var isPeriodic = false
+        var idempotencyKey: String?
         for index in 0..<count {
             guard let keyReference = read(references + index * referenceSize, referenceSize),
                   let valueReference = read(references + (count + index) * referenceSize, referenceSize),
@@ -124,6 +128,10 @@ private struct PropertyListPeek {
             case "nextAttemptAt":
                 guard let valueOffset = offset(of: valueReference), let value = date(at: valueOffset) else { return nil }
                 nextAttemptAt = value
+            case "idempotencyKey":
+                // A key that is not ASCII, or longer than 256 bytes, is read by the full decode.
+                guard let valueOffset = offset(of: valueReference), let value = asciiString(at: valueOffset) else { return nil }
+                idempotencyKey = value
             case "repeatInterval":
                 // Read from version 4 on (an earlier record's field is ignored, as the decoder does).
                 isPeriodic = version >= 4
@@ -139,7 +147,7 @@ private struct PropertyListPeek {
         let due = [notBefore, nextAttemptAt].compactMap { $0 }.max()
         return RecordFormat.IndexFields(
             id: id, enqueueSequence: sequence, priority: priority, typeIdentifier: typeIdentifier, attemptsInFlight: attemptsInFlight,
-            dueDate: due.map(Date.init(timeIntervalSinceReferenceDate:)), isPeriodic: isPeriodic
+            dueDate: due.map(Date.init(timeIntervalSinceReferenceDate:)), isPeriodic: isPeriodic, idempotencyKey: idempotencyKey
         )
     }
 

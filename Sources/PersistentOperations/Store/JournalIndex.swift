@@ -94,6 +94,10 @@ struct JournalIndex: Sendable {
     /// The pending records whose own fields count attempts in flight (few: the journal counts
     /// attempts in attempt frames; records migrated from the earlier layout may count some).
     private(set) var pendingWithAttemptsInFlight: Set<UUID> = []
+    /// The records (in either area) added with an idempotency key: the key and the enqueue
+    /// sequence of each, and the records of each key (only those records pay for it).
+    private(set) var idempotencyKeys: [UUID: (key: String, sequence: UInt64)] = [:]
+    private(set) var recordsByIdempotencyKey: [String: Set<UUID>] = [:]
 
     /// The ordinal of type identifier `name` for ``Entry/type``, given it the first time.
     mutating func typeOrdinal(_ name: String) -> UInt32 {
@@ -127,6 +131,24 @@ struct JournalIndex: Sendable {
             area: area, attemptsInFlight: UInt8(clamping: fields.attemptsInFlight), type: typeOrdinal(fields.typeIdentifier),
             location: location, dueDate: fields.dueDate, isPeriodic: fields.isPeriodic
         ))
+        if let key = fields.idempotencyKey {
+            if let old = idempotencyKeys[fields.id], old.key != key { forgetIdempotencyKey(of: fields.id) }
+            idempotencyKeys[fields.id] = (key, fields.enqueueSequence)
+            recordsByIdempotencyKey[key, default: []].insert(fields.id)
+        } else if !idempotencyKeys.isEmpty {
+            forgetIdempotencyKey(of: fields.id)
+        }
+    }
+
+    /// The idempotency key of record `id` and its enqueue sequence, when it has one.
+    func idempotencyKey(of id: UUID) -> (key: String, sequence: UInt64)? {
+        idempotencyKeys.isEmpty ? nil : idempotencyKeys[id]
+    }
+
+    private mutating func forgetIdempotencyKey(of id: UUID) {
+        guard let (key, _) = idempotencyKeys.removeValue(forKey: id) else { return }
+        recordsByIdempotencyKey[key]?.remove(id)
+        if recordsByIdempotencyKey[key]?.isEmpty == true { recordsByIdempotencyKey[key] = nil }
     }
 
     /// Makes room for `count` records in all, so that the table is not grown (and every
@@ -140,6 +162,7 @@ struct JournalIndex: Sendable {
     mutating func remove(_ id: UUID) -> Entry? {
         guard let old = entries.removeValue(forKey: id) else { return nil }
         account(old, sign: -1, id: id)
+        if !idempotencyKeys.isEmpty { forgetIdempotencyKey(of: id) }
         return old
     }
 

@@ -67,17 +67,21 @@ extension JournalStore {
         guard configuration.compactsAutomatically else { return }
         let isDue = state.withLock { state -> Bool in
             guard !state.isCompacting, !state.isClosed, state.failure == nil, let active = state.active else { return false }
+            if !state.remembered.isEmpty {
+                let now = configuration.clock()
+                if state.remembered.hasExpired(at: now) { state.remembered.prune(before: now) }
+            }
             var sealed: Int64 = 0
             var live: Int64 = 0
             for (name, size) in state.sizes where name != active.file.name {
                 sealed += size
-                live += state.index.liveBytes(of: name)
+                live += state.liveBytes(of: name)
             }
             // A store whose every record has gone (its work drained) starts over: the active
             // segment is sealed and merged with the others into nothing. It does when sealed
             // segments are left (a compaction that ran while the last records were being
             // removed merged only some), or when the active segment alone has grown large.
-            let drained = state.index.entries.isEmpty && (sealed > 0 || active.writer.size >= Int64(Self.drainedResetSize))
+            let drained = state.index.entries.isEmpty && state.remembered.isEmpty && (sealed > 0 || active.writer.size >= Int64(Self.drainedResetSize))
             guard drained || (sealed >= Int64(configuration.compactionMinimumSize) && (sealed - live) * 2 > sealed) else { return false }
             if drained { rollActiveSegment(&state) }
             state.isCompacting = true
@@ -105,6 +109,8 @@ extension JournalStore {
         var records: [(id: UUID, entry: JournalIndex.Entry, file: JournalSegmentFile)]
         /// The attempt markers whose frames are in the sealed segments, of pending records.
         var markers: [(id: UUID, marker: AttemptMarker)]
+        /// The remembered keys whose frames are in the sealed segments.
+        var remembered: [RememberedKeys.Entry]
     }
 
     /// Merges the sealed segments; runs on ``compactionQueue``.
@@ -124,12 +130,16 @@ extension JournalStore {
                 guard members.contains(attempt.segment), state.index.entries[id]?.area == .pending else { return nil }
                 return (id, attempt.marker)
             }
-            return Plan(sealed: sealed, target: JournalSegmentName(number: last.number, generation: last.generation + 1), records: records, markers: markers)
+            let remembered = state.remembered.entries(in: members, at: configuration.clock())
+            return Plan(
+                sealed: sealed, target: JournalSegmentName(number: last.number, generation: last.generation + 1), records: records,
+                markers: markers, remembered: remembered
+            )
         }) else { return }
 
         // Nothing live in them (a drained store): the old segments just go, oldest first, so
         // that a removal never outlives the record it removes.
-        if plan.records.isEmpty && plan.markers.isEmpty {
+        if plan.records.isEmpty && plan.markers.isEmpty && plan.remembered.isEmpty {
             let retired = state.withLock { state in Self.forget(plan.sealed, in: &state) }
             for writer in retired { writer.close() }
             try removeSegments(plan.sealed)
@@ -181,6 +191,12 @@ extension JournalStore {
                 markerBytes += Int64(frame.size)
                 if buffer.count >= 1 << 20 { try drain() }
             }
+            for entry in plan.remembered {
+                let frame = JournalFrame(kind: .retire, body: entry.retired.body)
+                try frame.append(to: &buffer, salt: salt, maximumSize: configuration.maximumFrameSize)
+                markerBytes += Int64(frame.size)
+                if buffer.count >= 1 << 20 { try drain() }
+            }
             try drain()
             if configuration.flushes { try fileSystem.synchronize(descriptor) }
         } catch {
@@ -211,6 +227,11 @@ extension JournalStore {
                 state.attempts[id]?.segment = plan.target
                 if state.index.entries[id]?.area != .pending { state.attempts[id] = nil }
             }
+            // Remembered keys copied move to the new segment; those that expired before the
+            // copy are forgotten with their segments.
+            for entry in plan.remembered {
+                state.remembered.relocate(key: entry.retired.key, id: entry.retired.id, from: entry.segment, to: plan.target)
+            }
             return Self.forget(plan.sealed, in: &state)
         }
         for writer in retired { writer.close() }
@@ -228,6 +249,7 @@ extension JournalStore {
             state.segments[name] = nil
             state.sizes[name] = nil
             state.index.forgetSegment(name)
+            state.remembered.forgetSegment(name)
             if let writer = state.sealedWriters.removeValue(forKey: name) { retired.append(writer) }
         }
         state.compactions += 1

@@ -241,13 +241,37 @@ extension JournalStore {
         }
     }
 
+    /// Removes record `id`: a removal frame, or a retire frame when the record has an
+    /// idempotency key to remember (for ``Configuration/idempotencyWindow`` from now).
     private func commitRemoval(_ id: UUID, flushes: Bool, check: (inout State) throws -> Void) throws {
-        let frame = JournalFrame(kind: .remove, body: Data(id.uuidString.utf8))
-        try append(frame, flushes: flushes, check: check) { state, _, _, _ in
+        var retired: RetiredKey?
+        try append(flushes: flushes, frame: { state in
+            try check(&state)
+            if configuration.idempotencyWindow > 0, let keyed = state.index.idempotencyKey(of: id) {
+                let until = configuration.clock().addingTimeInterval(configuration.idempotencyWindow)
+                retired = RetiredKey(id: id, sequence: keyed.sequence, rememberedUntil: until, key: keyed.key)
+                return JournalFrame(kind: .retire, body: retired!.body)
+            }
+            return JournalFrame(kind: .remove, body: Data(id.uuidString.utf8))
+        }) { state, segment, _, size in
             state.index.remove(id)
             // Its attempts are over.
             state.attempts[id] = nil
+            if let retired { state.remembered.insert(retired, segment: segment, size: Int64(size)) }
         }
+    }
+
+    /// The records stored with idempotency key `key` (pending or failed) and those removed
+    /// that the journal still remembers it for, by enqueue sequence.
+    package func records(withIdempotencyKey key: String) -> [String] {
+        let now = configuration.clock()
+        return state.withLock { state -> [(UInt64, UUID)] in
+            let stored = (state.index.recordsByIdempotencyKey[key] ?? []).compactMap { id in
+                state.index.idempotencyKey(of: id).map { ($0.sequence, id) }
+            }
+            return stored + state.remembered.records(forKey: key, at: now).map { ($0.sequence, $0.id) }
+        }
+        .sorted { $0.0 < $1.0 }.map(\.1.uuidString)
     }
 
     /// Checks, writes and applies `frame` under the lock, then flushes it (when `flushes`)
@@ -258,15 +282,27 @@ extension JournalStore {
         _ frame: JournalFrame, flushes: Bool, schedulesFlush: Bool = true, check: (inout State) throws -> Void,
         apply: (inout State, JournalSegmentName, Int64, Int) -> Void
     ) throws {
+        try append(flushes: flushes, schedulesFlush: schedulesFlush, frame: { state in
+            try check(&state)
+            return frame
+        }, apply: apply)
+    }
+
+    /// ``append(_:flushes:schedulesFlush:check:apply:)`` of the frame `frame` makes under the
+    /// lock, after the checks of its own (it throws what they throw).
+    func append(
+        flushes: Bool, schedulesFlush: Bool = true, frame makeFrame: (inout State) throws -> JournalFrame,
+        apply: (inout State, JournalSegmentName, Int64, Int) -> Void
+    ) throws {
         let (writer, segment) = try state.withLock { state -> (JournalWriter, JournalSegmentName) in
             try checkWritable(state)
-            try check(&state)
+            let frame = try makeFrame(&state)
             guard let active = state.active else { throw closed() }
             // Records written to a segment whose directory was moved or deleted meanwhile
             // would be lost with it: refuse, until it is back. (A removal or an attempt frame
             // is not checked: what it ends or marks is in that directory too. One `stat` less
             // for each of them: a lifecycle writes three frames.)
-            let keepsRecords = frame.kind != .remove && frame.kind != .attempt
+            let keepsRecords = frame.kind != .remove && frame.kind != .retire && frame.kind != .attempt
             guard !keepsRecords || (try? configuration.fileSystem.linkStatus(active.file.path)) != nil else {
                 throw PersistenceError(
                     .directoryUnavailable,

@@ -201,6 +201,13 @@ extension JournalStore {
                 guard let id = removedIdentifier(frame.body) else { throw PersistenceError(.corruptRecord, "the body is not a record identifier") }
                 state.index.remove(id)
                 state.attempts[id] = nil
+            case .retire:
+                guard let retired = RetiredKey(body: frame.body) else { throw PersistenceError(.corruptRecord, "the body is not a retired idempotency key") }
+                state.index.remove(retired.id)
+                state.attempts[retired.id] = nil
+                if retired.rememberedUntil > quarantine.configuration.clock() {
+                    state.remembered.insert(retired, segment: segment, size: Int64(frame.size))
+                }
             case .attempt:
                 let (id, marker) = try attemptMarker(fromBody: frame.body)
                 state.attempts[id] = marker.map { ($0, segment) }
@@ -326,12 +333,13 @@ extension JournalStore {
     /// Removes the segments a compaction replaced that a crash left behind.
     private static func removeReplacedSegments(state: inout State, journalPath: String, configuration: Configuration) {
         guard let newest = state.segments.keys.filter({ $0.generation > 0 }).max() else { return }
-        for name in state.segments.keys.sorted() where name < newest && state.index.liveBytes(of: name) == 0 {
+        for name in state.segments.keys.sorted() where name < newest && state.liveBytes(of: name) == 0 {
             guard (try? configuration.fileSystem.unlink(journalPath + "/" + name.fileName)) != nil else { return }
             if configuration.flushes { try? configuration.fileSystem.synchronizeDirectory(journalPath) }
             state.segments[name] = nil
             state.sizes[name] = nil
             state.index.forgetSegment(name)
+            state.remembered.forgetSegment(name)
         }
     }
 

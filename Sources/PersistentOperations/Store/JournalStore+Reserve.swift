@@ -57,5 +57,5 @@ extension JournalStore {
 
 extension JournalFrame.Kind {
     /// Whether the frame records that work ended (and may use the space reserve).
-    var endsWork: Bool { self == .remove || self == .moveToFailed }
+    var endsWork: Bool { self == .remove || self == .retire || self == .moveToFailed }
 }

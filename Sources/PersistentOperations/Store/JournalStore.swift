@@ -109,6 +109,11 @@ package final class JournalStore: Sendable {
         /// (damage is reported in ``OpenReport/skipped``), and every change throws
         /// ``PersistenceError/Code/storeNotWritable``. Default: `false`.
         package var isReadOnly: Bool
+        /// How long the idempotency key of a removed record is remembered (a retire frame).
+        /// Default: 300 s; 0 forgets it with the record.
+        package var idempotencyWindow: TimeInterval = 300
+        /// The clock that dates retire frames and expires them. Default: the system clock.
+        package var clock: @Sendable () -> Date = { Date() }
 
         /// Creates settings.
         package init(
@@ -179,6 +184,8 @@ package final class JournalStore: Sendable {
         /// Attempt markers (crash evidence, see `JournalStore+Attempts`), and the segment
         /// holding each one's frame.
         var attempts: [UUID: (marker: AttemptMarker, segment: JournalSegmentName)] = [:]
+        /// The idempotency keys of removed records, remembered for a while (retire frames).
+        var remembered = RememberedKeys()
         /// The space reserve is gone (used by a removal on a full disk, or it could not be made).
         var isShortOfSpace = false
         var isClosed = false
@@ -186,6 +193,11 @@ package final class JournalStore: Sendable {
         /// Why the store takes no changes, when it does not.
         var failure: PersistenceError?
         var compactions = 0
+
+        /// The bytes of `segment` that records and remembered keys keep alive.
+        func liveBytes(of segment: JournalSegmentName) -> Int64 {
+            index.liveBytes(of: segment) + remembered.liveBytes(of: segment)
+        }
     }
 
     /// The store directory (`<root>`).

@@ -68,13 +68,20 @@ package final class RecordStore: Sendable {
         package var strictRemovals: Bool
         /// How long a removal waits at most for a flush. Default: 50 ms.
         package var flushDelay: TimeInterval
+        /// How long the journal remembers the idempotency key of a removed record. Default: 300 s.
+        package var idempotencyWindow: TimeInterval = 300
+        /// The clock that dates what the journal remembers. Default: the system clock.
+        package var clock: @Sendable () -> Date = { Date() }
 
         /// Creates settings.
         package init(
             maximumRecordSize: Int = RecordFormat.defaultMaximumRecordSize, fileSystem: FileSystem = .system,
             engine: Engine = .journal, durability: JournalStore.Durability = .flushed, strictRemovals: Bool = false,
-            flushDelay: TimeInterval = JournalWriter.defaultFlushDelay
+            flushDelay: TimeInterval = JournalWriter.defaultFlushDelay, idempotencyWindow: TimeInterval = 300,
+            clock: @escaping @Sendable () -> Date = { Date() }
         ) {
+            self.idempotencyWindow = idempotencyWindow
+            self.clock = clock
             precondition(maximumRecordSize > RecordFormat.headerSize, "maximumRecordSize must exceed the record header size")
             self.maximumRecordSize = maximumRecordSize
             self.fileSystem = fileSystem
@@ -86,10 +93,13 @@ package final class RecordStore: Sendable {
 
         /// The journal's settings for a store of `access`.
         func journalConfiguration(readOnly: Bool) -> JournalStore.Configuration {
-            JournalStore.Configuration(
+            var configuration = JournalStore.Configuration(
                 durability: durability, strictRemovals: strictRemovals, flushDelay: flushDelay,
                 maximumRecordSize: maximumRecordSize, fileSystem: fileSystem, isReadOnly: readOnly
             )
+            configuration.idempotencyWindow = idempotencyWindow
+            configuration.clock = clock
+            return configuration
         }
     }
 
@@ -355,6 +365,18 @@ package final class RecordStore: Sendable {
         defer { change.end() }
         if let journal { return try journal.removePending(id: id, synchronizes: synchronizes) }
         try remove(id, from: .pending, synchronizes: synchronizes)
+    }
+
+    /// The records stored with idempotency key `key` (pending or failed), and the removed ones
+    /// whose key the journal still remembers, by enqueue sequence.
+    ///
+    /// - Throws: ``PersistenceError/Code/invalidOptions`` for a store of the earlier layout
+    ///   (``Engine/files``), which remembers no key.
+    package func records(withIdempotencyKey key: String) throws -> [String] {
+        guard let journal else {
+            throw PersistenceError(.invalidOptions, "Idempotency keys need the journal store; this store keeps one file per record.", fileURL: directory)
+        }
+        return journal.records(withIdempotencyKey: key)
     }
 
     /// Moves a pending record to the failed area with `reason`, and returns it as stored there.
