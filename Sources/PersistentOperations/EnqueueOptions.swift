@@ -201,6 +201,44 @@ public struct EnqueueOptions: Sendable, Hashable {
     /// ```
     public var holdsLaneOnFailure: Bool
 
+    /// An idempotency key: a repeated add with the same key stores nothing and returns the
+    /// operations the first add stored. Default: `nil`.
+    ///
+    /// This is what a producer that re-sends after a lost acknowledgement needs (SQS FIFO's
+    /// de-duplication identifier): an add with a key that the queue knows returns the
+    /// original operations' ids and stores nothing, whatever it was given. The queue knows a
+    /// key while an operation added with it is stored, pending or in the failed area, and for
+    /// ``PersistentOperationQueue/Configuration/idempotencyWindow`` (five minutes by default)
+    /// after the last of them left the store (succeeded, cancelled, expired or purged).
+    ///
+    /// The key is saved in each record in the same write, and a record's removal remembers
+    /// it in the same write too, so a crash, a kill or a power cut at any instant never
+    /// leaves work whose key is forgotten while its window lasts: the key is known as soon as
+    /// the add returns, also to an add before ``PersistentOperationQueue/restore()`` and in
+    /// later launches. Two adds with one key at the same time store it once: the second
+    /// waits for the first.
+    ///
+    /// A key names one add: with ``PersistentOperationQueue/addOperations(_:options:)`` the
+    /// whole batch (every member gets the key, and a repeat returns every member's id, in the
+    /// batch's order); with ``PersistentOperationQueue/addOperation(_:options:)`` one
+    /// operation (a repeat returns ``EnqueueResult/Disposition/keptExisting`` with the first
+    /// id). Unlike ``uniqueKey``, which lets one operation at a time hold a key and frees it
+    /// when the operation ends, a key here outlives its work, and a repeat never replaces
+    /// anything. Keys are compared exactly; at most 1,024 bytes of UTF-8, and not empty.
+    ///
+    /// ```swift
+    /// // A request that may be delivered twice: its id is the key.
+    /// let ids = try queue.addOperations(
+    ///     photos.map { UploadPhoto(payload: PhotoPayload(file: $0, album: "Hike")) },
+    ///     options: EnqueueOptions(idempotencyKey: "request-7f3a"))
+    /// // The same request again, within the window: nothing stored, the same ids.
+    /// let again = try queue.addOperations(
+    ///     photos.map { UploadPhoto(payload: PhotoPayload(file: $0, album: "Hike")) },
+    ///     options: EnqueueOptions(idempotencyKey: "request-7f3a"))
+    /// assert(again == ids)
+    /// ```
+    public var idempotencyKey: String?
+
     /// Creates options; every parameter defaults to "no constraint".
     public init(
         notBefore: Date? = nil,
@@ -212,8 +250,10 @@ public struct EnqueueOptions: Sendable, Hashable {
         repeating: RepeatSchedule? = nil,
         keepsOperationAlive: Bool = false,
         lane: String? = nil,
-        holdsLaneOnFailure: Bool = false
+        holdsLaneOnFailure: Bool = false,
+        idempotencyKey: String? = nil
     ) {
+        self.idempotencyKey = idempotencyKey
         self.keepsOperationAlive = keepsOperationAlive
         self.lane = lane
         self.holdsLaneOnFailure = holdsLaneOnFailure

@@ -59,7 +59,9 @@ extension PersistentOperationQueue {
     /// ```
     ///
     /// `options` must have no unique key (a key names one operation, not a batch) and no
-    /// repeat schedule: such options throw ``PersistenceError/Code/invalidOptions``.
+    /// repeat schedule: such options throw ``PersistenceError/Code/invalidOptions``. An
+    /// ``EnqueueOptions/idempotencyKey`` names the whole batch: when the queue knows it, nothing
+    /// is stored and the ids of the operations first added with it are returned, in order.
     @discardableResult
     public func addOperations(_ operations: [any PersistentOperation], options: EnqueueOptions) throws -> [PersistentOperationID] {
         try addOperations(operations, options: options, hasMemberTags: false) { _ in [] }
@@ -119,54 +121,55 @@ extension PersistentOperationQueue {
         }
         // Asked before any lock is taken: it is the app's code.
         let memberTags = hasMemberTags ? operations.map(tagsOfEach) : nil
-
-        let hasDependencies = operations.contains { !$0.dependencies.isEmpty }
-        let readsStoredLanes = options.lane != nil && needsStoredUniqueKeys()
-        let locksGraph = hasDependencies || readsStoredLanes
-        if locksGraph { graphLock.lock() }
-        defer { if locksGraph { graphLock.unlock() } }
-        if readsStoredLanes { try loadStoredLanesIfNeeded() }
-        var resolved: [ResolvedPrerequisites] = []
-        resolved.reserveCapacity(operations.count)
-        for operation in operations {
-            resolved.append(hasDependencies ? try resolvePrerequisites(of: operation, batch: batch) : ResolvedPrerequisites())
-        }
-        let ids = operations.map { batch[ObjectIdentifier($0)]! }
-        if hasDependencies {
-            try Self.checkAcyclic(ids: ids, prerequisites: resolved.map(\.ids), operations: operations)
-            if options.lane != nil {
-                try Self.checkLaneOrder(ids: ids, prerequisites: resolved.map(\.ids), operations: operations)
+        return try withIdempotencyKey(options.idempotencyKey, existing: { $0.map(PersistentOperationID.init(record:)) }) {
+            let hasDependencies = operations.contains { !$0.dependencies.isEmpty }
+            let readsStoredLanes = options.lane != nil && needsStoredUniqueKeys()
+            let locksGraph = hasDependencies || readsStoredLanes
+            if locksGraph { graphLock.lock() }
+            defer { if locksGraph { graphLock.unlock() } }
+            if readsStoredLanes { try loadStoredLanesIfNeeded() }
+            var resolved: [ResolvedPrerequisites] = []
+            resolved.reserveCapacity(operations.count)
+            for operation in operations {
+                resolved.append(hasDependencies ? try resolvePrerequisites(of: operation, batch: batch) : ResolvedPrerequisites())
             }
-        }
+            let ids = operations.map { batch[ObjectIdentifier($0)]! }
+            if hasDependencies {
+                try Self.checkAcyclic(ids: ids, prerequisites: resolved.map(\.ids), operations: operations)
+                if options.lane != nil {
+                    try Self.checkLaneOrder(ids: ids, prerequisites: resolved.map(\.ids), operations: operations)
+                }
+            }
 
-        let isBatch = operations.count > 1
-        // A journal batch is one frame: its records need no batch identifier.
-        let batchID = isBatch && store.needsBatchIdentifiers ? RecordIdentifier.make() : nil
-        var records: [OperationRecord] = []
-        records.reserveCapacity(operations.count)
-        for (index, operation) in operations.enumerated() {
-            var memberOptions = options
-            if let memberTags { memberOptions.tags.formUnion(memberTags[index]) }
-            records.append(makeRecord(
-                id: ids[index], typeIdentifier: Self.persistenceIdentifier(of: operation), payload: payloads[index],
-                payloadVersion: Self.payloadVersion(of: operation),
-                operation: operation, options: memberOptions, prerequisites: resolved[index].ids, batchID: batchID
-            ))
+            let isBatch = operations.count > 1
+            // A journal batch is one frame: its records need no batch identifier.
+            let batchID = isBatch && store.needsBatchIdentifiers ? RecordIdentifier.make() : nil
+            var records: [OperationRecord] = []
+            records.reserveCapacity(operations.count)
+            for (index, operation) in operations.enumerated() {
+                var memberOptions = options
+                if let memberTags { memberOptions.tags.formUnion(memberTags[index]) }
+                records.append(makeRecord(
+                    id: ids[index], typeIdentifier: Self.persistenceIdentifier(of: operation), payload: payloads[index],
+                    payloadVersion: Self.payloadVersion(of: operation),
+                    operation: operation, options: memberOptions, prerequisites: resolved[index].ids, batchID: batchID
+                ))
+            }
+            if let batchID {
+                // `restore()` must not take the records, on disk before the marker, for the remains
+                // of an interrupted batch.
+                state.withLock { _ = $0.batchesInProgress.insert(batchID) }
+                defer { state.withLock { _ = $0.batchesInProgress.remove(batchID) } }
+                try store.addBatch(records)
+            } else if isBatch {
+                try store.addBatch(records)
+            } else {
+                try store.add(records[0])
+            }
+            hub.emit(enqueued: records)
+            track(operations.indices.map { (operations[$0], records[$0], resolved[$0].liveIDs) }, keepsOperationsAlive: options.keepsOperationAlive)
+            return ids.map(PersistentOperationID.init(record:))
         }
-        if let batchID {
-            // `restore()` must not take the records, on disk before the marker, for the remains
-            // of an interrupted batch.
-            state.withLock { _ = $0.batchesInProgress.insert(batchID) }
-            defer { state.withLock { _ = $0.batchesInProgress.remove(batchID) } }
-            try store.addBatch(records)
-        } else if isBatch {
-            try store.addBatch(records)
-        } else {
-            try store.add(records[0])
-        }
-        hub.emit(enqueued: records)
-        track(operations.indices.map { (operations[$0], records[$0], resolved[$0].liveIDs) }, keepsOperationsAlive: options.keepsOperationAlive)
-        return ids.map(PersistentOperationID.init(record:))
     }
 
     private static func persistenceIdentifier<Op: PersistentOperation>(of operation: Op) -> String {

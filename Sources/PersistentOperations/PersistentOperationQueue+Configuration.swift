@@ -79,6 +79,22 @@ extension PersistentOperationQueue {
         /// slot changes.
         public var fairShareTagPrefix: String?
 
+        /// How long the queue remembers an ``EnqueueOptions/idempotencyKey`` after the last
+        /// operation added with it left the store, so that a repeated add in that time stores
+        /// nothing. Default: 300 seconds (SQS FIFO's de-duplication window); 0 remembers a key
+        /// only while its operations are stored.
+        ///
+        /// Each remembered key costs about 150 bytes of disk and of memory for each of its
+        /// operations, for the window: a queue that completes 100 keyed operations a second
+        /// remembers about 30,000 of them at a time with the default. Times are read from the
+        /// queue's clock (``scheduler``).
+        ///
+        /// ```swift
+        /// var configuration = PersistentOperationQueue.Configuration()
+        /// configuration.idempotencyWindow = 24 * 3600   // a producer may re-send for a day
+        /// ```
+        public var idempotencyWindow: TimeInterval = 300
+
         /// Whether the queue installs handlers for the crash signals (SIGSEGV, SIGBUS, SIGILL,
         /// SIGTRAP, SIGFPE, SIGABRT) that note, in the store, that the process crashed, so that
         /// the next launch can tell a crash from a kill. Default: `true`.

@@ -162,6 +162,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     let conditionQueue = DispatchQueue(label: "PersistentOperationQueue.conditions")
     /// Serialises adds that carry a unique key, so two cannot both see the key free.
     let uniqueKeyLock = NSLock()
+    /// The idempotency keys adds are storing now (see `+Idempotency`): an add with a key waits
+    /// while another holds it.
+    let idempotencyKeysBeingAdded = KeyReservations()
     /// Serialises changes to the failed area: moving a finished operation's record there
     /// (until the queue forgets the operation), re-queueing, purging and loading it (which
     /// finishes interrupted moves), so none of them sees another halfway.
@@ -215,10 +218,13 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// - Throws: the errors of ``init(directory:operationQueue:)``, and
     ///   ``PersistenceError/Code/invalidOptions`` when `configuration` cannot be used (a
     ///   ``Configuration/crashLoopLimit`` below 1, a ``Configuration/maximumRecordSize`` too
-    ///   small to hold a record).
+    ///   small to hold a record, a negative ``Configuration/idempotencyWindow``).
     public init(directory: URL, operationQueue: OperationQueue, configuration: Configuration) throws {
         guard configuration.crashLoopLimit >= 1 else {
             throw PersistenceError(.invalidOptions, "Configuration.crashLoopLimit is \(configuration.crashLoopLimit); it must be at least 1.", fileURL: directory)
+        }
+        guard configuration.idempotencyWindow >= 0, configuration.idempotencyWindow.isFinite else {
+            throw PersistenceError(.invalidOptions, "Configuration.idempotencyWindow is \(configuration.idempotencyWindow); it must be 0 or more seconds.", fileURL: directory)
         }
         guard configuration.maximumRecordSize > RecordFormat.headerSize else {
             throw PersistenceError(.invalidOptions, "Configuration.maximumRecordSize is \(configuration.maximumRecordSize) bytes, too small to hold a record (more than \(RecordFormat.headerSize) bytes).", fileURL: directory)
@@ -232,7 +238,8 @@ public final class PersistentOperationQueue: @unchecked Sendable {
                 maximumRecordSize: configuration.maximumRecordSize,
                 fileSystem: configuration.fileSystem, engine: configuration.storeEngine,
                 durability: configuration.durability == .flushed ? .flushed : .processCrash,
-                strictRemovals: configuration.strictRemovals, flushDelay: configuration.storeFlushDelay
+                strictRemovals: configuration.strictRemovals, flushDelay: configuration.storeFlushDelay,
+                idempotencyWindow: configuration.idempotencyWindow, clock: { [scheduler = configuration.scheduler] in scheduler.now }
             )
         )
         self.store = store
@@ -393,6 +400,12 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// ``restore()``, in its place in run order; a replaced one is reported
     /// ``PersistentOperationEvent/cancelled(_:)`` and never restored.
     ///
+    /// **Idempotency keys.** When the queue knows ``EnqueueOptions/idempotencyKey`` (an
+    /// operation added with it is stored, or left the store less than
+    /// ``Configuration/idempotencyWindow`` ago), nothing is stored and the result is
+    /// ``EnqueueResult/Disposition/keptExisting`` with the first operation added with the key,
+    /// which may have finished already. The key is checked before the unique key.
+    ///
     /// ```swift
     /// let result = try queue.addOperation(
     ///     SyncOperation(payload: sync),
@@ -400,8 +413,10 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// if result.disposition == .keptExisting { print("already scheduled as \(result.id)") }
     /// ```
     ///
-    /// - Throws: The errors of ``addOperation(_:)``, and ``PersistenceError/Code/readFailed``
-    ///   when an add with a unique key before ``restore()`` cannot list the stored records.
+    /// - Throws: The errors of ``addOperation(_:)``, ``PersistenceError/Code/readFailed``
+    ///   when an add with a unique key before ``restore()`` cannot list the stored records, and
+    ///   ``PersistenceError/Code/invalidOptions`` for an idempotency key that is empty or longer
+    ///   than 1,024 bytes.
     @discardableResult
     public func addOperation<Op: PersistentOperation>(_ operation: Op, options: EnqueueOptions) throws -> EnqueueResult {
         try checkNotAdded(operation)
@@ -414,6 +429,15 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         try checkLaneOptions(options)
         try checkOpen()
         let payload = try RecordFormat.encodePayload(operation.payload)
+        return try withIdempotencyKey(options.idempotencyKey) { ids in
+            EnqueueResult(id: PersistentOperationID(record: ids[0]), disposition: .keptExisting)
+        } add: {
+            try addChecked(operation, payload: payload, options: options)
+        }
+    }
+
+    /// Stores and schedules `operation`, checked, with its encoded `payload`.
+    private func addChecked<Op: PersistentOperation>(_ operation: Op, payload: Data, options: EnqueueOptions) throws -> EnqueueResult {
 
         // An operation with dependencies is resolved, stored and linked under `graphLock`, so
         // that no prerequisite ends unseen in between; so is an add with a unique key before
@@ -528,7 +552,8 @@ public final class PersistentOperationQueue: @unchecked Sendable {
             periodTarget: options.repeating.map { _ in options.notBefore ?? now },
             lane: options.lane,
             laneHoldsOnFailure: options.lane != nil && options.holdsLaneOnFailure,
-            payloadVersion: payloadVersion
+            payloadVersion: payloadVersion,
+            idempotencyKey: options.idempotencyKey
         )
     }
 

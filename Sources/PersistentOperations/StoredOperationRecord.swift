@@ -85,6 +85,8 @@ public struct StoredOperationRecord: Sendable, Hashable {
     public var tags: Set<String>
     /// The unique key it was added with.
     public var uniqueKey: String?
+    /// The idempotency key it (or its batch) was added with (``EnqueueOptions/idempotencyKey``).
+    public var idempotencyKey: String?
     /// Counted retries saved so far.
     public var numberOfRetries: Int
     /// Attempts started so far, across launches, including those in flight — the number
@@ -203,6 +205,7 @@ extension StoredOperationRecord {
         holdsLaneOnFailure = record.laneHoldsOnFailure
         isHoldingLane = record.isHoldingLane
         payloadVersion = record.payloadVersion
+        idempotencyKey = record.idempotencyKey
         if let evidence {
             crashes = evidence.crashes
             kills = evidence.kills

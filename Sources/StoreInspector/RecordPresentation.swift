@@ -152,6 +152,7 @@ enum RecordPresentation {
             ("conditions", .array(record.conditions.map { .string($0) })),
             ("tags", .array(record.tags.sorted().map { .string($0) })),
             ("uniqueKey", .string(record.uniqueKey)),
+            ("idempotencyKey", .string(record.idempotencyKey)),
             ("retries", .integer(Int64(record.numberOfRetries))),
             ("attempts", .integer(Int64(record.numberOfAttempts))),
             ("nextAttemptAt", json(record.nextAttemptAt)),

@@ -92,6 +92,29 @@ struct PersistenceDocumentationTests {
         #expect(try queue.counts().pending == 0)
         #expect(!DocumentationServer.uploaded.withLock { $0.contains("IMG_0002.heic") })
     }
+
+    @Test func aRequestDeliveredTwiceIsStoredOnceAsTheReadmeShows() async throws {
+        let temporary = try TemporaryDirectory()
+        let queue = try PersistentOperationQueue(directory: temporary.store)
+        queue.register(PersistentUpload.self)
+        struct Request { var id: String; var files: [String] }
+        let request = Request(id: "7f3a", files: ["IMG_0003.heic", "IMG_0004.heic"])
+        func handle(_ request: Request) throws -> [PersistentOperationID] {
+            // snippet: idempotency-key
+            // A request the producer may send again when its acknowledgement is lost:
+            // its id names the work, and a repeat within the window stores nothing.
+            let uploads = request.files.map { PersistentUpload(payload: Upload(file: $0, album: 42)) }
+            let ids = try queue.addOperations(uploads, options: EnqueueOptions(idempotencyKey: "request-\(request.id)"))
+            // end snippet
+            return ids
+        }
+        let first = try handle(request)
+        await queue.allOperationsFinished()
+        let again = try handle(request)
+        await queue.allOperationsFinished()
+        #expect(again == first)
+        #expect(DocumentationServer.uploaded.withLock { $0.filter { $0 == "IMG_0003.heic" }.count } == 1)
+    }
 }
 
 /// The album of the operation-graph examples.
