@@ -17,6 +17,7 @@ enum BenchmarkRegistry {
         ConditionBenchmark(),         // P10
         BackPressureBenchmark(),      // B1
         FairShareBenchmark(),         // F1
+        IdempotentAddBenchmark(),     // I1
         LaneBenchmark(),              // L1–L2
         SQLiteComparisonBenchmark(),  // S1–S5
         MillionPendingBenchmark(),    // M1–M4
