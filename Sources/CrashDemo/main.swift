@@ -71,6 +71,8 @@ do {
         exit(try LaneSoakCommand(arguments: Array(arguments.dropFirst())).run() ? 0 : 1)
     case "lanes-app":
         try LaneAppCommand(arguments: Array(arguments.dropFirst())).run()
+    case "producer":
+        try ProducerCommand(arguments: Array(arguments.dropFirst())).run()
     case "durability-probe":
         guard let store = option("--store") else { fail("usage: crash-demo durability-probe --store DIR") }
         try DurabilityProbeCommand(store: URL(fileURLWithPath: store)).run()
