@@ -8,9 +8,12 @@ import Foundation
 /// are dropped by ``prune(before:)``, oldest first; until then they are not listed.
 ///
 /// ```swift
+/// let now = Date()
 /// var keys = RememberedKeys()
-/// keys.insert(RetiredKey(id: UUID(), sequence: 1, rememberedUntil: later, key: "order 42"), segment: name, size: 90)
-/// keys.records(forKey: "order 42", at: now)   // its identifier, until `later`
+/// let retired = RetiredKey(id: UUID(), sequence: 1, rememberedUntil: now.addingTimeInterval(300), key: "order 42")
+/// keys.insert(retired, segment: JournalSegmentName(number: 1), size: 90)
+/// assert(keys.records(forKey: "order 42", at: now) == [retired])   // until the window ends
+/// keys.prune(before: now.addingTimeInterval(300))                  // then forgotten
 /// ```
 struct RememberedKeys: Sendable {
     /// One remembered record.
