@@ -95,6 +95,24 @@ extension PersistentOperationQueue {
         /// ```
         public var idempotencyWindow: TimeInterval = 300
 
+        /// Whether the queue does what other processes ask through the store's inbox: after
+        /// its first ``PersistentOperationQueue/restore()``, it watches the inbox (no polling)
+        /// and takes in each request as it arrives. Default: `true`.
+        ///
+        /// `store-inspector retry-failed`, `purge` and `cancel` leave such a request when a
+        /// running queue holds the store (its lock), and print the queue's answer: dead letters
+        /// are re-driven, purged or cancelled without stopping the worker. A request is durable
+        /// once written; the queue answers, then removes it, so a crash in between does it once
+        /// more at the next launch (each action may be done twice: what is no longer where the
+        /// request expects it is reported and left alone). The queue's log says what each
+        /// request did.
+        ///
+        /// ```swift
+        /// var configuration = PersistentOperationQueue.Configuration()
+        /// configuration.takesAdministrationRequests = false   // only this process changes the store
+        /// ```
+        public var takesAdministrationRequests: Bool = true
+
         /// Whether the queue installs handlers for the crash signals (SIGSEGV, SIGBUS, SIGILL,
         /// SIGTRAP, SIGFPE, SIGABRT) that note, in the store, that the process crashed, so that
         /// the next launch can tell a crash from a kill. Default: `true`.

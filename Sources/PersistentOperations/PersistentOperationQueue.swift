@@ -165,6 +165,10 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// The idempotency keys adds are storing now (see `+Idempotency`): an add with a key waits
     /// while another holds it.
     let idempotencyKeysBeingAdded = KeyReservations()
+    /// The watch of the store's inbox (see `+Inbox`), and the queue that takes its requests
+    /// in, one at a time.
+    let inbox = Locked(InboxState())
+    let inboxQueue = DispatchQueue(label: "PersistentOperationQueue.inbox")
     /// Serialises changes to the failed area: moving a finished operation's record there
     /// (until the queue forgets the operation), re-queueing, purging and loading it (which
     /// finishes interrupted moves), so none of them sees another halfway.
@@ -734,6 +738,7 @@ extension PersistentOperationQueue: EventSubjectSource {
     /// ```
     public func close() {
         state.withLock { $0.isClosed = true }
+        stopTakingRequests()
         endRunsForClose()
         // The run conditions stop calling a queue that no longer starts anything.
         let observations = conditionProviders.withLock { providers in providers.values.map(\.observation) }

@@ -7,7 +7,9 @@ import PersistentOperations
 ///     store-inspector show [--store] DIR ID [--json]
 ///     store-inspector export [--store] DIR ID [--output PATH] [--payload] [--json]
 ///     store-inspector failed [--store] DIR [--type T] [--tag T]... [--json [--payload]]
-///     store-inspector retry-failed [--store] DIR (ID | --all) [--json]
+///     store-inspector retry-failed [--store] DIR (ID | --all) [--wait S] [--json]
+///     store-inspector purge [--store] DIR (ID | --all) [--wait S] [--json]
+///     store-inspector cancel [--store] DIR (ID | --tag T) [--wait S] [--json]
 ///     store-inspector requeue-quarantined [--store] DIR (NAME | --all) [--json]
 struct InspectorCommand {
     /// What to do.
@@ -26,6 +28,14 @@ struct InspectorCommand {
         case purge(Selection)
         /// Move quarantined records (by entry name, or every readable one) back to pending.
         case requeueQuarantined(Selection)
+        /// Ask the running queue to cancel an operation, or those with a tag.
+        case cancel(CancelTarget)
+    }
+
+    /// The operations `cancel` applies to.
+    enum CancelTarget: Equatable {
+        case one(id: String)
+        case tagged(String)
     }
 
     /// The failed records a changing command applies to.
@@ -37,6 +47,8 @@ struct InspectorCommand {
     var action: Action
     var store: URL
     var json: Bool
+    /// How long a request to a running queue waits for its answer, in seconds.
+    var wait: TimeInterval = 10
 
     static let usage = """
         usage: store-inspector COMMAND [--store] DIR [ID | --all] [--json]
@@ -47,7 +59,8 @@ struct InspectorCommand {
         Inspects a PersistentOperations store directory. Reading commands open the store
         read-only: they take no lock and never write to it (export writes only its own
         file), so they are safe on a store that a running app holds. Changing commands take
-        the store's lock and fail while an app holds it.
+        the store's lock; while a running app holds it, retry-failed, purge and cancel ask
+        the app's queue instead, through the store's inbox, and print its answer.
 
         Reading:
           list              pending records: id, type, priority, retries, attempts, next attempt, tags, unique key,
@@ -67,14 +80,22 @@ struct InspectorCommand {
           stats             counts per area and per type, periodic series, the next due date,
                             quarantined entries with reasons
 
-        Changing (need the store's lock):
+        Changing (take the store's lock, or ask the app that holds it):
           retry-failed ID | --all   move failed records back to pending with a fresh retry budget
+                                    (a running app runs them at once)
           purge ID | --all          delete failed records for good
+          cancel ID | --tag T       cancel a pending operation, or every one tagged T, as the
+                                    app's cancelOperation would (its dependents fail with it);
+                                    asks the running app only
           requeue-quarantined NAME | --all
                                     move quarantined records (by entry name, as stats lists them)
                                     back to pending, as they were stored: for payloads that did
                                     not decode, once a build that reads them ships; entries that
-                                    are not readable records stay
+                                    are not readable records stay (needs the lock: stop the app)
+          A request to a running app is durable once written; the app takes it in after its
+          restore (Configuration.takesAdministrationRequests, on by default). Without an answer
+          within --wait seconds the command fails, and the request stays: the app does it when
+          it takes it in (each of these may be done twice: what moved meanwhile is reported).
 
         Filters (list; failed takes --type and --tag): a record must match every one given.
           --type T          records whose type identifier is T
@@ -102,6 +123,8 @@ struct InspectorCommand {
           --payload         export writes only the record's payload; failed --json adds each
                             record's payload
           --limit N         list shows at most N records (a page)
+          --wait S          how long retry-failed, purge and cancel wait for a running app's
+                            answer (default 10 seconds)
           --after ID        list starts after this record (with --limit)
           --json            machine-readable output with stable keys
           --help            show this text
@@ -144,6 +167,7 @@ struct InspectorCommand {
         var limit: Int?
         var after: String?
         var filter = RecordFilter()
+        var wait: TimeInterval = 10
         var remaining = arguments[...]
         while let argument = remaining.popFirst() {
             switch argument {
@@ -184,6 +208,11 @@ struct InspectorCommand {
             case "--store":
                 guard let value = remaining.popFirst() else { throw InspectorError.usage("--store needs a directory") }
                 store = value
+            case "--wait":
+                guard let value = remaining.popFirst(), let seconds = TimeInterval(value), seconds >= 0, seconds.isFinite else {
+                    throw InspectorError.usage("--wait needs a number of seconds, 0 or more")
+                }
+                wait = seconds
             case "--help", "-h": throw InspectorError.help
             case _ where argument.hasPrefix("--"): throw InspectorError.usage("unknown option \(argument)")
             default: positionals.append(argument)
@@ -217,6 +246,15 @@ struct InspectorCommand {
         case "stats": action = .stats
         case "retry-failed": action = .retryFailed(try selection())
         case "purge": action = .purge(try selection())
+        case "cancel":
+            if let tag = filter.tags.first {
+                guard filter.tags.count == 1, positionals.isEmpty else { throw InspectorError.usage("cancel takes either an identifier or one --tag") }
+                filter.tags = []
+                action = .cancel(.tagged(tag))
+            } else {
+                guard positionals.count == 1 else { throw InspectorError.usage("cancel needs a record identifier or --tag T") }
+                action = .cancel(.one(id: Self.normalizedIdentifier(positionals.removeFirst())))
+            }
         case "requeue-quarantined":
             if all {
                 guard positionals.isEmpty else { throw InspectorError.usage("\(name) takes either an entry name or --all") }
@@ -252,8 +290,13 @@ struct InspectorCommand {
             if output != nil { throw InspectorError.usage("--output applies to export only") }
             if payloadOnly { throw InspectorError.usage("--payload applies to export, and to failed --json") }
         }
+        switch action {
+        case .retryFailed, .purge, .cancel: break
+        default: if arguments.contains("--wait") { throw InspectorError.usage("--wait applies to retry-failed, purge and cancel only") }
+        }
         self.store = URL(fileURLWithPath: store, isDirectory: true)
         self.json = json
+        self.wait = wait
     }
 }
 

@@ -1,12 +1,18 @@
 import Foundation
 import PersistentOperations
 
-/// The changing commands, `retry-failed` and `purge`, which take the store's lock.
+/// The changing commands, which take the store's lock; `retry-failed`, `purge` and `cancel` ask
+/// the running queue that holds it instead, through the store's inbox (`StoreInbox`).
 extension StoreInspector {
     /// Moves failed records back to the pending area with a fresh retry budget; the app runs
-    /// them when it next restores the store.
+    /// them when it next restores the store (a running app at once).
     func retryFailed(_ selection: InspectorCommand.Selection) throws {
-        let writer = try writableStore()
+        let writer: RecordStore
+        switch try openForChange() {
+        case .opened(let store): writer = store
+        case .held(let holder):
+            return try ask(StoreInbox.Request(action: .retryFailed, selection), holder: holder, verb: "re-queued", note: "the running app runs them now")
+        }
         defer { writer.close() }
         let requeued: [OperationRecord]
         switch selection {
@@ -18,7 +24,12 @@ extension StoreInspector {
 
     /// Deletes failed records for good.
     func purge(_ selection: InspectorCommand.Selection) throws {
-        let writer = try writableStore()
+        let writer: RecordStore
+        switch try openForChange() {
+        case .opened(let store): writer = store
+        case .held(let holder):
+            return try ask(StoreInbox.Request(action: .purgeFailed, selection), holder: holder, verb: "purged", note: nil)
+        }
         defer { writer.close() }
         let ids: [String]
         switch selection {
@@ -64,12 +75,69 @@ extension StoreInspector {
         for entry in skipped { print("skipped \(entry.name): \(entry.reason)") }
     }
 
-    private func report(verb: String, ids: [String], note: String?) {
+    /// Asks the running queue to cancel an operation, or those tagged so. A store no process
+    /// holds has no queue to ask: cancelling is the queue's (its dependents fail with it).
+    func cancel(_ target: InspectorCommand.CancelTarget) throws {
+        let opened = try openForChange()
+        guard case .held(let holder) = opened else {
+            if case .opened(let store) = opened { store.close() }
+            throw InspectorError.failure(
+                "no running app holds the store, and cancel asks the app's queue; cancel from the app (cancelOperation(withID:)), or purge once the operation has failed"
+            )
+        }
+        let request: StoreInbox.Request
+        switch target {
+        case .one(let id): request = StoreInbox.Request(action: .cancel, ids: [id])
+        case .tagged(let tag): request = StoreInbox.Request(action: .cancel, tag: tag)
+        }
+        try ask(request, holder: holder, verb: "cancelled", note: nil, noun: "pending")
+    }
+
+    /// Leaves `request` in the store's inbox for the running queue, waits up to ``wait``
+    /// seconds for its answer and prints it; throws when the queue did not do everything asked,
+    /// or did not answer in time (the request then stays, for the queue to take in later).
+    private func ask(_ request: StoreInbox.Request, holder: String, verb: String, note: String?, noun: String = "failed") throws {
+        let inbox = StoreInbox(directory: store)
+        let name = try inbox.send(request)
+        let deadline = Date().addingTimeInterval(wait)
+        var response = inbox.response(to: name)
+        while response == nil, Date() < deadline {
+            usleep(20_000)
+            response = inbox.response(to: name)
+        }
+        guard let response else {
+            throw InspectorError.failure(
+                "the app that holds the store did not answer within \(Self.seconds(wait)) (\(holder)): the request waits in its inbox (\(name)); the app's queue does it once it has restored (Configuration.takesAdministrationRequests), or at its next launch"
+            )
+        }
+        inbox.removeResponse(to: name)
+        report(verb: verb, ids: response.affected, note: note, noun: noun, byRunningApp: true)
+        if !response.succeeded {
+            throw InspectorError.failure("the running app did not do everything asked: \(response.message)")
+        }
+    }
+
+    private static func seconds(_ value: TimeInterval) -> String {
+        value == value.rounded() ? "\(Int(value)) s" : "\(value) s"
+    }
+
+    private func report(verb: String, ids: [String], note: String?, noun: String = "failed", byRunningApp: Bool = false) {
         if json {
-            print(JSONValue.object([(verb, .array(ids.map { .string($0) }))]).rendered(pretty: true))
+            print(JSONValue.object([(verb, .array(ids.map { .string($0) })), ("byRunningApp", .bool(byRunningApp))]).rendered(pretty: true))
             return
         }
-        print("\(verb) \(ids.count) failed \(ids.count == 1 ? "record" : "records")\(ids.isEmpty || note == nil ? "" : "; \(note!)")")
+        let by = byRunningApp ? "the running app " : ""
+        print("\(by)\(verb) \(ids.count) \(noun) \(ids.count == 1 ? "record" : "records")\(ids.isEmpty || note == nil ? "" : "; \(note!)")")
         for id in ids { print("  \(id)") }
+    }
+}
+
+extension StoreInbox.Request {
+    /// A request for the failed records `selection` names.
+    init(action: Action, _ selection: InspectorCommand.Selection) {
+        switch selection {
+        case .one(let id): self.init(action: action, ids: [id])
+        case .all: self.init(action: action, all: true)
+        }
     }
 }

@@ -17,6 +17,8 @@ struct StoreInspector {
     var store: URL
     /// Whether to print JSON instead of tables.
     var json: Bool
+    /// How long a request to a running queue waits for its answer, in seconds.
+    var wait: TimeInterval = 10
     /// Where output lines go.
     var print: (String) -> Void
 
@@ -35,6 +37,7 @@ struct StoreInspector {
             case .retryFailed(let selection): try retryFailed(selection)
             case .purge(let selection): try purge(selection)
             case .requeueQuarantined(let selection): try requeueQuarantined(selection)
+            case .cancel(let target): try cancel(target)
             }
         } catch let error as PersistenceError {
             throw InspectorError.failure(Self.explain(error))
@@ -48,12 +51,29 @@ struct StoreInspector {
 
     /// A store opened read-write (taking its lock), for changing commands.
     func writableStore() throws -> RecordStore {
-        do {
-            return try RecordStore(directory: store, access: .readWrite)
-        } catch let error as PersistenceError where error.code == .locked {
+        switch try openForChange() {
+        case .opened(let store): return store
+        case .held(let holder):
             throw InspectorError.failure(
-                "cannot change the store while it is open elsewhere: \(error.message) Stop the app first; reading commands (list, show, export, failed, stats) work meanwhile."
+                "cannot change the store while it is open elsewhere: \(holder) Stop the app first; reading commands (list, show, export, failed, stats) work meanwhile."
             )
+        }
+    }
+
+    /// What opening the store read-write found.
+    enum OpenForChange {
+        case opened(RecordStore)
+        /// Another process holds the store's lock (a running app, which the changing commands
+        /// then ask through the store's inbox); the lock error's message, which names it.
+        case held(String)
+    }
+
+    /// Opens the store read-write, unless another process holds its lock.
+    func openForChange() throws -> OpenForChange {
+        do {
+            return .opened(try RecordStore(directory: store, access: .readWrite))
+        } catch let error as PersistenceError where error.code == .locked {
+            return .held(error.message)
         }
     }
 

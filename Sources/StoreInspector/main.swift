@@ -6,12 +6,12 @@ import Glibc
 import Darwin
 #endif
 
-// store-inspector: list, show, export, failed, stats, retry-failed and purge over a
+// store-inspector: list, show, export, failed, stats, retry-failed, purge and cancel over a
 // PersistentOperations store directory. See `InspectorCommand.usage`.
 
 do {
     let command = try InspectorCommand(arguments: Array(CommandLine.arguments.dropFirst()))
-    let inspector = StoreInspector(store: command.store, json: command.json) { line in
+    let inspector = StoreInspector(store: command.store, json: command.json, wait: command.wait) { line in
         FileHandle.standardOutput.write(Data((line + "\n").utf8))
     }
     try inspector.run(command.action)

@@ -216,7 +216,7 @@ struct StoreInspectorTests {
         // When the inspector reads it, and then tries to change it
         let failed = try await Self.inspect("failed", directory.store.path, "--json")
         let stats = try await Self.inspect("stats", directory.store.path, "--json")
-        let retry = try await Self.inspect("retry-failed", directory.store.path, "--all")
+        let retry = try await Self.inspect("retry-failed", directory.store.path, "--all", "--wait", "0.3")
 
         // Then reading works and shows the refused upload with its reason
         #expect(failed.status == 0, "\(failed.error)")
@@ -234,9 +234,12 @@ struct StoreInspectorTests {
         #expect(try RecordFormat.decode(Data(contentsOf: exportedFile)) == storedFailed)
         #expect(try stats.json()["lockFileProcess"] as? Int == Int(holder.processIdentifier))
         #expect(try stats.json()["lockFileProcessIsRunning"] as? Bool == true)
-        // And changing is refused with the holder's process id, leaving the record in place
+        // And changing asks the holder, which never restores and so never answers: the command
+        // fails naming the holder's process id, the record stays in place and the request waits
         #expect(retry.status == 1)
         #expect(retry.error.contains("process \(holder.processIdentifier)"))
+        #expect(retry.error.contains("did not answer within 0.3 s"))
+        #expect(StoreInbox(directory: directory.store).pendingRequests().count == 1)
         #expect(try RecordStore(directory: directory.store, access: .readOnly).loadFailed().records.map(\.id) == [id])
     }
 

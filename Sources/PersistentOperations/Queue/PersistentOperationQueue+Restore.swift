@@ -258,6 +258,7 @@ extension PersistentOperationQueue {
                 "unknown_types": "\(report.unknownTypes.count)", "moved_to_failed": "\(report.movedToFailedAfterCrashes.count)",
             ]
         }
+        startTakingRequests()
         return report
     }
 
