@@ -28,7 +28,7 @@ import Darwin
 /// and the queue's responses (see the comment at the top of this file).
 ///
 /// ```swift
-/// let inbox = StoreInbox(directory: storeURL)
+/// let inbox = StoreInbox(directory: URL(fileURLWithPath: "/var/lib/thumbnails"))
 /// let name = try inbox.send(StoreInbox.Request(action: .retryFailed, all: true))
 /// // … the queue that holds the store takes it in …
 /// if let response = inbox.response(to: name) { print(response.message) }
