@@ -18,7 +18,7 @@ import Darwin
 /// `request-r`; each job's payload carries a nonce drawn for that add. Effects lines (each
 /// appended and synced before the app goes on):
 ///
-/// - `launch <pid>`
+/// - `launch pid=<pid>`
 /// - `ack <r> <nonce> <ids>`: the add of request `r` returned, with `ids` operations
 /// - `run <r> <member> <nonce>`: an attempt of a job started (a job stored twice would show
 ///   two nonces for one member)
@@ -31,7 +31,7 @@ struct ProducerCommand {
 
     func run() throws {
         try Effects.open(effects)
-        Effects.write("launch \(getpid())")
+        Effects.write("launch pid=\(getpid())")
         let acknowledged = Self.lastAcknowledged(in: effects)
         let operationQueue = OperationQueue()
         operationQueue.maxConcurrentOperationCount = 4

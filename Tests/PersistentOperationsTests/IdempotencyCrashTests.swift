@@ -15,9 +15,10 @@ struct IdempotencyCrashTests {
         let requests = 60
         let arguments = ["producer", "--store", directory.store.path, "--effects", effects, "--requests", "\(requests)"]
 
-        // When it is SIGKILLed 12 times at random moments (2 to 60 ms into a launch), then runs to the end
+        // When it is SIGKILLed 12 times at random moments (2 to 60 ms after a launch starts), then runs to the end
         try await onDedicatedThread {
-            try ChildApp.killRepeatedlyThenFinish(arguments, kills: 12, pause: 2_000...60_000, seed: seed, timeout: 60)
+            // (Each pause counts from the launch's first line, however slowly the app starts.)
+            try ChildApp.killRepeatedlyThenFinish(arguments, kills: 12, pause: 2_000...60_000, seed: seed, timeout: 60, afterFirstAttemptIn: effects)
         }
 
         // Then every request was acknowledged, and every job ran

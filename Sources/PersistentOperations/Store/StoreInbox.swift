@@ -19,7 +19,7 @@ import Darwin
 // between the two leaves the request, done again at the next launch: every action is one that
 // may be done twice (re-queue, purge and cancel of an operation that no longer is where the
 // request expects it are reported as such, and change nothing). A requester that finds a
-// response removes it; a response no one collects is removed after a day.
+// response removes it; a response no one collects is removed a day after it was written.
 //
 // Request names start with the time in microseconds (16 hexadecimal digits), so that the
 // names sort in the order the requests were made, then a random part.
@@ -173,13 +173,15 @@ package struct StoreInbox: Sendable {
         try? fileSystem.unlink(path + "/" + name + Self.responseExtension)
     }
 
-    /// Removes responses older than `age` seconds that no one collected.
+    /// Removes responses written more than `age` seconds ago (by their modification date) that
+    /// no one collected.
     package func removeResponses(olderThan age: TimeInterval, now: Date = Date()) {
         guard let names = try? fileSystem.contentsOfDirectory(path) else { return }
-        let cutoff = UInt64(max(0, (now.timeIntervalSince1970 - age) * 1_000_000))
         for name in names where name.hasSuffix(Self.responseExtension) {
-            if let micros = UInt64(name.prefix(16), radix: 16), micros < cutoff {
-                try? fileSystem.unlink(path + "/" + name)
+            let file = path + "/" + name
+            if let written = (try? FileManager.default.attributesOfItem(atPath: file))?[.modificationDate] as? Date,
+               now.timeIntervalSince(written) > age {
+                try? fileSystem.unlink(file)
             }
         }
     }
