@@ -79,6 +79,25 @@ extension PersistentOperationQueue {
         /// slot changes.
         public var fairShareTagPrefix: String?
 
+        /// Concurrency limits by tag: at most `limit` attempts at once of the operations that
+        /// carry the tag. Default: none.
+        ///
+        /// What a downstream that takes a few calls at a time, or one customer's share of the
+        /// workers, needs: with `["api:geocoder": 2]`, two geocoder calls run at once whatever
+        /// the width of the `OperationQueue`, and the other slots run other work meanwhile. An
+        /// operation with several limited tags obeys each. An attempt counts from when it gets
+        /// a slot until it ends; a due operation whose tag is at its limit waits without a slot,
+        /// timer or retry spent (reported ``PersistentOperationInfo/State-swift.enum/queued``),
+        /// and the next, in run order, starts as an attempt of the tag ends. Limits live in the
+        /// configuration, not in the records: a relaunch applies the configuration it opens
+        /// with. A limit below 1 is refused (``PersistenceError/Code/invalidOptions``).
+        ///
+        /// ```swift
+        /// var configuration = PersistentOperationQueue.Configuration()
+        /// configuration.concurrencyLimits = ["api:geocoder": 2, "customer:42": 4]
+        /// ```
+        public var concurrencyLimits: [String: Int] = [:]
+
         /// How long the queue remembers an ``EnqueueOptions/idempotencyKey`` after the last
         /// operation added with it left the store, so that a repeated add in that time stores
         /// nothing. Default: 300 seconds (SQS FIFO's de-duplication window); 0 remembers a key

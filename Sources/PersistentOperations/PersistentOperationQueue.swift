@@ -77,6 +77,10 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         var slotsInQueue = 0
         /// Due operations waiting for room in the `OperationQueue`, first to run first.
         var ready = Heap<ReadySlot>(by: ReadySlot.runsBefore)
+        /// Slots in the `OperationQueue` per tag with a concurrency limit, and the due
+        /// operations parked for each such tag, first to run first (see `+ConcurrencyLimits`).
+        var limitCounts: [String: Int] = [:]
+        var limitWaiters: [String: Heap<ReadySlot>] = [:]
         /// With fair sharing: each group's next turn, and the turn of the last slot taken
         /// from `ready` (see `+FairShare`).
         var fairShare = FairShareRounds()
@@ -222,10 +226,14 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// - Throws: the errors of ``init(directory:operationQueue:)``, and
     ///   ``PersistenceError/Code/invalidOptions`` when `configuration` cannot be used (a
     ///   ``Configuration/crashLoopLimit`` below 1, a ``Configuration/maximumRecordSize`` too
-    ///   small to hold a record, a negative ``Configuration/idempotencyWindow``).
+    ///   small to hold a record, a negative ``Configuration/idempotencyWindow``, a
+    ///   ``Configuration/concurrencyLimits`` limit below 1).
     public init(directory: URL, operationQueue: OperationQueue, configuration: Configuration) throws {
         guard configuration.crashLoopLimit >= 1 else {
             throw PersistenceError(.invalidOptions, "Configuration.crashLoopLimit is \(configuration.crashLoopLimit); it must be at least 1.", fileURL: directory)
+        }
+        if let (tag, limit) = configuration.concurrencyLimits.first(where: { $0.value < 1 }) {
+            throw PersistenceError(.invalidOptions, "Configuration.concurrencyLimits gives the tag \"\(tag)\" a limit of \(limit); a limit must be at least 1.", fileURL: directory)
         }
         guard configuration.idempotencyWindow >= 0, configuration.idempotencyWindow.isFinite else {
             throw PersistenceError(.invalidOptions, "Configuration.idempotencyWindow is \(configuration.idempotencyWindow); it must be 0 or more seconds.", fileURL: directory)

@@ -5,12 +5,14 @@ import Foundation
 /// `maxConcurrentOperationCount`, priority and suspension) from when it starts until the
 /// attempt ends, so waits between attempts hold no slot.
 final class AttemptSlot: Operation, @unchecked Sendable {
-    // @unchecked: `phase` is a `Locked`; `recordID`, `onStart` and `onFinish` are set in
-    // `init` only.
+    // @unchecked: `phase` is a `Locked`; `recordID`, `limitedTags`, `onStart` and `onFinish`
+    // are set in `init` only.
 
     private enum Phase { case waiting, executing, finished }
 
     let recordID: String
+    /// The tags of its operation that have a concurrency limit: the slot counts against each.
+    let limitedTags: [String]
     private let onStart: @Sendable (AttemptSlot) -> Void
     private let onFinish: @Sendable (AttemptSlot) -> Void
     private let phase = Locked(Phase.waiting)
@@ -19,10 +21,11 @@ final class AttemptSlot: Operation, @unchecked Sendable {
     /// `onFinish` once when it finishes — before the queue learns it has, so that a slot
     /// added by `onFinish` keeps the queue from looking empty in between.
     init(
-        recordID: String, priority: Operation.QueuePriority,
+        recordID: String, priority: Operation.QueuePriority, limitedTags: [String] = [],
         onStart: @escaping @Sendable (AttemptSlot) -> Void, onFinish: @escaping @Sendable (AttemptSlot) -> Void
     ) {
         self.recordID = recordID
+        self.limitedTags = limitedTags
         self.onStart = onStart
         self.onFinish = onFinish
         super.init()

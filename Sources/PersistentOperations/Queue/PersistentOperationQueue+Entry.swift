@@ -187,7 +187,9 @@ extension PersistentOperationQueue {
             case .running: return .running
             case .waitingToRetry: return .waitingToRetry
             case .blocked: return remainingPrerequisites == 0 && waitsForLane ? .waitingForLane : .waitingForPrerequisites
-            case .waitingForConditions: return .waitingForConditions
+            case .waitingForConditions:
+                // Parked for a concurrency limit, it waits for room, as a queued one does.
+                return parkedUnder?.hasPrefix(PersistentOperationQueue.limitKeyPrefix) == true ? .queued : .waitingForConditions
             }
         }
     }

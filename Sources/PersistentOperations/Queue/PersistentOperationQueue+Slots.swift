@@ -24,8 +24,10 @@ extension PersistentOperationQueue {
             hold(&entry, in: &state)
             return nil
         }
+        if parkUnlessUnderLimits(&entry, in: &state) { return nil }
         state.slotsInQueue += 1
         let slot = makeSlot(for: entry)
+        countAgainstLimits(slot, in: &state)
         entry.phase = .queued(slot)
         return slot
     }
@@ -83,6 +85,7 @@ extension PersistentOperationQueue {
         let window = slotWindow()
         let slots = state.withLock { state -> [AttemptSlot] in
             state.slotsInQueue -= 1
+            releaseLimits(of: leaving, in: &state)
             if var entry = state.entries[leaving.recordID], case .queued(let queued) = entry.phase, queued === leaving {
                 hold(&entry, in: &state)
                 state.entries[leaving.recordID] = entry
@@ -102,6 +105,7 @@ extension PersistentOperationQueue {
         AttemptSlot(
             recordID: entry.record.id,
             priority: Operation.QueuePriority(rawValue: entry.record.priority) ?? .normal,
+            limitedTags: limitedTags(of: entry),
             onStart: { [weak self] slot in
                 guard let self else { return slot.release() }
                 self.slotDidStart(slot)
