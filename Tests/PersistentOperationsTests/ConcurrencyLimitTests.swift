@@ -23,6 +23,9 @@ final class TagConcurrency: Sendable {
         }
     }
 
+    /// What gated attempts wait for: each ends once the test lets one through.
+    let gate = DispatchSemaphore(value: 0)
+
     /// The most attempts of `tag` ("*": of any) seen running at once.
     func peak(_ tag: String) -> Int { state.withLock { $0.peak[tag] ?? 0 } }
     var attempts: Int { state.withLock { $0.attempts } }
@@ -40,6 +43,8 @@ final class LimitedWork: RetryingOperation, PersistentOperation, @unchecked Send
         var tags: [String]
         var milliseconds = 5
         var retries = 0
+        /// Whether each attempt also waits for the tracker's gate.
+        var isGated = false
     }
 
     struct Busy: Error {}
@@ -60,6 +65,7 @@ final class LimitedWork: RetryingOperation, PersistentOperation, @unchecked Send
         tracker?.begin(payload.tags)
         let attempt = numberOfAttempts
         DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(payload.milliseconds)) { [self] in
+            if payload.isGated { tracker?.gate.wait() }
             tracker?.end(payload.tags)
             if attempt <= payload.retries {
                 baseOperationEnded(withRetriableError: Busy())
@@ -138,14 +144,15 @@ struct ConcurrencyLimitTests {
     }
 
     @Test func whileALimitHoldsThemTheWaitingOperationsAreReportedQueued() async throws {
-        // Given a limit of 1 and three operations of the tag whose attempts take 2 s
-        let (queue, _, name, directory) = try Self.queue(width: 4, limits: ["slow": 1])
+        // Given a limit of 1 and three operations of the tag whose attempts run until the test
+        // lets them end
+        let (queue, tracker, name, directory) = try Self.queue(width: 4, limits: ["slow": 1])
         defer { queue.close(); withExtendedLifetime(directory) {} }
         let ids = try (0..<3).map { _ in
-            try queue.addOperation(LimitedWork(payload: .init(tracker: name, tags: ["slow"], milliseconds: 2_000)), options: EnqueueOptions(tags: ["slow"])).id
+            try queue.addOperation(LimitedWork(payload: .init(tracker: name, tags: ["slow"], milliseconds: 1, isGated: true)), options: EnqueueOptions(tags: ["slow"])).id
         }
         // When the first runs
-        let deadline = Date().addingTimeInterval(10)
+        let deadline = Date().addingTimeInterval(30)
         while try queue.counts().running == 0, Date() < deadline { try await Task.sleep(for: .milliseconds(5)) }
 
         // Then one runs and the two others are queued, not waiting for a condition
@@ -154,9 +161,10 @@ struct ConcurrencyLimitTests {
         let infos = queue.operations(taggedWith: "slow")
         #expect(infos.filter { $0.state == .running }.count == 1 && infos.filter { $0.state == .queued }.count == 2)
         #expect(Set(infos.map(\.id)) == Set(ids))
-        // (The two waiting ones end at once, cancelled; the running one ends with its attempt.)
-        _ = queue.cancelOperations(taggedWith: "slow")
+        // And once let through, they run one after the other
+        for _ in ids { tracker.gate.signal() }
         await queue.allOperationsFinished()
+        #expect(tracker.peak("slow") == 1 && tracker.attempts == 3)
     }
 
     @Test func aLimitBelowOneIsRefused() throws {
