@@ -190,13 +190,16 @@ struct IdempotencyKeyTests {
         } throws: { ($0 as? PersistenceError)?.code == .invalidOptions }
 
         configuration.idempotencyWindow = 0
-        let queue = try PersistentOperationQueue(directory: directory.store, operationQueue: OperationQueue(), configuration: configuration)
+        let operationQueue = OperationQueue()
+        operationQueue.isSuspended = true   // the first stays pending until the repeat
+        let queue = try PersistentOperationQueue(directory: directory.store, operationQueue: operationQueue, configuration: configuration)
         defer { queue.close() }
         queue.register(ScriptedUpload.self)
         let journal = UUID().uuidString
         func upload(_ name: String) -> ScriptedUpload { ScriptedUpload(payload: UploadPayload(name: name, journal: journal)) }
         let first = try queue.addOperation(upload("first"), options: EnqueueOptions(idempotencyKey: "k"))
         #expect(try queue.addOperation(upload("pending"), options: EnqueueOptions(idempotencyKey: "k")).id == first.id)
+        operationQueue.isSuspended = false
         await queue.allOperationsFinished()
         #expect(try queue.addOperation(upload("after"), options: EnqueueOptions(idempotencyKey: "k")).disposition == .added)
     }
