@@ -79,6 +79,19 @@ extension PersistentOperationQueue {
         /// slot changes.
         public var fairShareTagPrefix: String?
 
+        /// With ``fairShareTagPrefix``, the turns each group takes per round, by its tag (the
+        /// group of operations with no tag of the prefix is `""`). Default: none (one turn
+        /// each). A group of weight 3 gets three slots for every one of a group of weight 1
+        /// while both have work waiting. Weights go from 1 to 1,000
+        /// (``PersistenceError/Code/invalidOptions`` otherwise).
+        ///
+        /// ```swift
+        /// var configuration = PersistentOperationQueue.Configuration()
+        /// configuration.fairShareTagPrefix = "customer:"
+        /// configuration.fairShareWeights = ["customer:42": 3]   // a customer on a larger plan
+        /// ```
+        public var fairShareWeights: [String: Int] = [:]
+
         /// Concurrency limits by tag: at most `limit` attempts at once of the operations that
         /// carry the tag. Default: none.
         ///

@@ -227,10 +227,14 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     ///   ``PersistenceError/Code/invalidOptions`` when `configuration` cannot be used (a
     ///   ``Configuration/crashLoopLimit`` below 1, a ``Configuration/maximumRecordSize`` too
     ///   small to hold a record, a negative ``Configuration/idempotencyWindow``, a
-    ///   ``Configuration/concurrencyLimits`` limit below 1).
+    ///   ``Configuration/concurrencyLimits`` limit below 1, a ``Configuration/fairShareWeights``
+    ///   weight outside 1...1,000).
     public init(directory: URL, operationQueue: OperationQueue, configuration: Configuration) throws {
         guard configuration.crashLoopLimit >= 1 else {
             throw PersistenceError(.invalidOptions, "Configuration.crashLoopLimit is \(configuration.crashLoopLimit); it must be at least 1.", fileURL: directory)
+        }
+        if let (group, weight) = configuration.fairShareWeights.first(where: { !(1...FairShareRounds.maximumWeight).contains($0.value) }) {
+            throw PersistenceError(.invalidOptions, "Configuration.fairShareWeights gives the group \"\(group)\" a weight of \(weight); a weight goes from 1 to \(FairShareRounds.maximumWeight).", fileURL: directory)
         }
         if let (tag, limit) = configuration.concurrencyLimits.first(where: { $0.value < 1 }) {
             throw PersistenceError(.invalidOptions, "Configuration.concurrencyLimits gives the tag \"\(tag)\" a limit of \(limit); a limit must be at least 1.", fileURL: directory)

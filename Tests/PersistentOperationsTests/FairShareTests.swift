@@ -97,9 +97,51 @@ struct FairShareTests {
         #expect(FairShareRounds.group(of: ["x", "customer:b", "customer:a"], prefix: "customer:") == "customer:a")
         #expect(FairShareRounds.group(of: ["x"], prefix: "customer:") == "")
         var rounds = FairShareRounds()
-        #expect([rounds.nextRound(for: "a"), rounds.nextRound(for: "a"), rounds.nextRound(for: "b")] == [0, 1, 0])
-        rounds.took(round: 5)
+        let round = FairShareRounds.ticksPerRound
+        #expect([rounds.nextRound(for: "a"), rounds.nextRound(for: "a"), rounds.nextRound(for: "b")] == [0, round, 0])
+        rounds.took(round: 5 * round)
         // A group that had nothing waiting starts at the current turn, not behind it
-        #expect(rounds.nextRound(for: "b") == 5)
+        #expect(rounds.nextRound(for: "b") == 5 * round)
+        // And a group of weight 3 takes three turns in a round
+        #expect((0..<4).map { _ in rounds.nextRound(for: "c", weight: 3) } == [5 * round, 5 * round + round / 3, 5 * round + 2 * round / 3, 6 * round])
+    }
+
+    @Test func aGroupOfWeightThreeTakesThreeTurnsForEveryTurnOfAGroupOfWeightOne() async throws {
+        // Given a suspended serial queue where customer b has weight 3, and bursts of 300 jobs
+        // of customer a, then 60 of customer b
+        let directory = try TemporaryDirectory()
+        let run = UUID().uuidString
+        var configuration = PersistentOperationQueue.Configuration()
+        configuration.fairShareTagPrefix = "customer:"
+        configuration.fairShareWeights = ["customer:b": 3]
+        let operationQueue = OperationQueue()
+        operationQueue.maxConcurrentOperationCount = 1
+        operationQueue.isSuspended = true
+        let queue = try PersistentOperationQueue(directory: directory.store, operationQueue: operationQueue, configuration: configuration)
+        queue.register(NamedJob.self)
+        try queue.addOperations((0..<300).map { NamedJob(payload: .init(run: run, name: "a\($0)")) }, options: EnqueueOptions(tags: ["customer:a"]))
+        try queue.addOperations((0..<60).map { NamedJob(payload: .init(run: run, name: "b\($0)")) }, options: EnqueueOptions(tags: ["customer:b"]))
+
+        // When it runs
+        operationQueue.isSuspended = false
+        await queue.allOperationsFinished()
+        queue.close()
+
+        // Then after the slot window's 64, b takes three turns for each of a's, each group in order
+        let order = NamedJob.starts.withLock { $0[run] ?? [] }
+        #expect(order.count == 360)
+        #expect(Array(order.prefix(64)) == (0..<64).map { "a\($0)" })
+        #expect(Array(order[64..<144]) == (0..<20).flatMap { ["a\(64 + $0)", "b\(3 * $0)", "b\(3 * $0 + 1)", "b\(3 * $0 + 2)"] })
+    }
+
+    @Test func aWeightOutsideOneToAThousandIsRefused() throws {
+        let directory = try TemporaryDirectory()
+        for weight in [0, 1_001] {
+            var configuration = PersistentOperationQueue.Configuration()
+            configuration.fairShareWeights = ["customer:a": weight]
+            #expect {
+                _ = try PersistentOperationQueue(directory: directory.store, operationQueue: OperationQueue(), configuration: configuration)
+            } throws: { ($0 as? PersistenceError)?.code == .invalidOptions }
+        }
     }
 }

@@ -6,6 +6,10 @@ import Foundation
 // passed (the turn of the last slot taken), so a group that had nothing waiting does not jump
 // ahead with turns it did not use, and a group with a burst waiting takes one turn in each
 // round: round-robin, each group in its own order, at O(log n) per entry as before.
+//
+// Weights (`Configuration.fairShareWeights`): turns are counted in ticks, `ticksPerRound` to a
+// round, and a group of weight w advances `ticksPerRound / w` ticks per entry, so that it takes
+// w turns in each round (the ticks divide evenly for every weight from 1 to 16).
 
 /// The turns of the groups of operations that share the slots fairly.
 struct FairShareRounds: Sendable {
@@ -25,10 +29,15 @@ struct FairShareRounds: Sendable {
         return group ?? ""
     }
 
-    /// The turn of an operation of `group` entering the line now.
-    mutating func nextRound(for group: String) -> UInt64 {
+    /// The ticks of one round: a group of weight 1 takes one turn in it.
+    static let ticksPerRound: UInt64 = 720_720
+    /// The largest weight a group may have.
+    static let maximumWeight = 1_000
+
+    /// The turn of an operation of `group`, of `weight` turns per round, entering the line now.
+    mutating func nextRound(for group: String, weight: Int = 1) -> UInt64 {
         let round = max(next[group] ?? 0, current)
-        next[group] = round + 1
+        next[group] = round + Self.ticksPerRound / UInt64(min(max(weight, 1), Self.maximumWeight))
         return round
     }
 

@@ -37,7 +37,8 @@ extension PersistentOperationQueue {
         entry.phase = .ready
         var slot = ReadySlot(id: entry.record.id, order: entry.record.runOrder)
         if let prefix = configuration.fairShareTagPrefix {
-            slot.round = state.fairShare.nextRound(for: FairShareRounds.group(of: entry.record.tags, prefix: prefix))
+            let group = FairShareRounds.group(of: entry.record.tags, prefix: prefix)
+            slot.round = state.fairShare.nextRound(for: group, weight: configuration.fairShareWeights[group] ?? 1)
         }
         state.ready.insert(slot)
     }
