@@ -67,10 +67,7 @@ extension JournalStore {
         guard configuration.compactsAutomatically else { return }
         let isDue = state.withLock { state -> Bool in
             guard !state.isCompacting, !state.isClosed, state.failure == nil, let active = state.active else { return false }
-            if !state.remembered.isEmpty {
-                let now = configuration.clock()
-                if state.remembered.hasExpired(at: now) { state.remembered.prune(before: now) }
-            }
+            if !state.remembered.isEmpty { state.remembered.prune(before: configuration.clock()) }
             var sealed: Int64 = 0
             var live: Int64 = 0
             for (name, size) in state.sizes where name != active.file.name {
@@ -185,17 +182,17 @@ extension JournalStore {
                 moves.append((id, entry.location, .init(segment: plan.target, offset: offset, length: Int32(frame.size), isFrame: true)))
                 if buffer.count >= 1 << 20 { try drain() }
             }
-            for (id, marker) in plan.markers {
-                let frame = JournalFrame(kind: .attempt, body: Self.attemptBody(id, marker))
+            // The frames that keep no record: attempt markers, then remembered keys.
+            func appendMarker(_ frame: JournalFrame) throws {
                 try frame.append(to: &buffer, salt: salt, maximumSize: configuration.maximumFrameSize)
                 markerBytes += Int64(frame.size)
                 if buffer.count >= 1 << 20 { try drain() }
             }
+            for (id, marker) in plan.markers {
+                try appendMarker(JournalFrame(kind: .attempt, body: Self.attemptBody(id, marker)))
+            }
             for entry in plan.remembered {
-                let frame = JournalFrame(kind: .retire, body: entry.retired.body)
-                try frame.append(to: &buffer, salt: salt, maximumSize: configuration.maximumFrameSize)
-                markerBytes += Int64(frame.size)
-                if buffer.count >= 1 << 20 { try drain() }
+                try appendMarker(JournalFrame(kind: .retire, body: entry.retired.body))
             }
             try drain()
             if configuration.flushes { try fileSystem.synchronize(descriptor) }

@@ -32,7 +32,6 @@ struct RememberedKeys: Sendable {
     private var orderStart = 0
 
     var isEmpty: Bool { byKey.isEmpty }
-    var count: Int { byKey.values.reduce(0) { $0 + $1.count } }
 
     /// The bytes of `segment` kept alive by remembered keys.
     func liveBytes(of segment: JournalSegmentName) -> Int64 {
@@ -98,10 +97,5 @@ struct RememberedKeys: Sendable {
             order.removeFirst(orderStart)
             orderStart = 0
         }
-    }
-
-    /// Whether ``prune(before:)`` would drop something at `now`.
-    func hasExpired(at now: Date) -> Bool {
-        orderStart < order.count && order[orderStart].until <= now
     }
 }
