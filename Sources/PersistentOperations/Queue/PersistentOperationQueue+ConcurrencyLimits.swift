@@ -30,13 +30,8 @@ extension PersistentOperationQueue {
         guard let full = entry.record.tags.first(where: { tag in limits[tag].map { state.limitCounts[tag, default: 0] >= $0 } ?? false }) else {
             return false
         }
-        entry.phase = .waitingForConditions
-        entry.parkedUnder = Self.limitKeyPrefix + full
         state.limitWaiters[full, default: Heap(by: ReadySlot.runsBefore)].insert(ReadySlot(id: entry.record.id, order: entry.record.runOrder))
-        if state.isolation.contains(entry.record.id) {
-            endIsolation(of: entry.record.id, in: &state)
-            state.waitingToRunAlone.insert(entry.record.id)
-        }
+        setParked(&entry, under: Self.limitKeyPrefix + full, in: &state)
         return true
     }
 

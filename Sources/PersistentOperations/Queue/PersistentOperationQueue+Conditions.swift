@@ -117,9 +117,16 @@ extension PersistentOperationQueue {
     /// parked the list's head fills the slots again: `queueOrHoldRefilling`), and goes back to
     /// the end of the list when released: it still runs alone.
     func park(_ entry: inout Entry, under condition: String, in state: inout State) {
-        entry.phase = .waitingForConditions
-        entry.parkedUnder = condition
         state.conditionWaiters[condition, default: []].insert(entry.record.id)
+        setParked(&entry, under: condition, in: &state)
+    }
+
+    /// Under the lock: marks a due entry as parked under `key` (a condition, a pause or a
+    /// concurrency limit, whose waiters the caller records), taking it off the isolation list
+    /// as ``park(_:under:in:)`` says.
+    func setParked(_ entry: inout Entry, under key: String, in state: inout State) {
+        entry.phase = .waitingForConditions
+        entry.parkedUnder = key
         if state.isolation.contains(entry.record.id) {
             endIsolation(of: entry.record.id, in: &state)
             state.waitingToRunAlone.insert(entry.record.id)
