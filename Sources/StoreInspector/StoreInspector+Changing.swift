@@ -7,11 +7,8 @@ extension StoreInspector {
     /// Moves failed records back to the pending area with a fresh retry budget; the app runs
     /// them when it next restores the store (a running app at once).
     func retryFailed(_ selection: InspectorCommand.Selection) throws {
-        let writer: RecordStore
-        switch try openForChange() {
-        case .opened(let store): writer = store
-        case .held(let holder):
-            return try ask(StoreInbox.Request(action: .retryFailed, selection), holder: holder, verb: "re-queued", note: "the running app runs them now")
+        guard let writer = try openOrAsk(StoreInbox.Request(action: .retryFailed, selection), verb: "re-queued", note: "the running app runs them now") else {
+            return
         }
         defer { writer.close() }
         let requeued: [OperationRecord]
@@ -24,11 +21,8 @@ extension StoreInspector {
 
     /// Deletes failed records for good.
     func purge(_ selection: InspectorCommand.Selection) throws {
-        let writer: RecordStore
-        switch try openForChange() {
-        case .opened(let store): writer = store
-        case .held(let holder):
-            return try ask(StoreInbox.Request(action: .purgeFailed, selection), holder: holder, verb: "purged", note: nil)
+        guard let writer = try openOrAsk(StoreInbox.Request(action: .purgeFailed, selection), verb: "purged", note: nil) else {
+            return
         }
         defer { writer.close() }
         let ids: [String]
@@ -91,6 +85,17 @@ extension StoreInspector {
         case .tagged(let tag): request = StoreInbox.Request(action: .cancel, tag: tag)
         }
         try ask(request, holder: holder, verb: "cancelled", note: nil, noun: "pending")
+    }
+
+    /// The store opened read-write; or, when a running app holds it, `nil` once `request` has
+    /// been asked of that app (see ``ask(_:holder:verb:note:noun:)``).
+    private func openOrAsk(_ request: StoreInbox.Request, verb: String, note: String?) throws -> RecordStore? {
+        switch try openForChange() {
+        case .opened(let store): return store
+        case .held(let holder):
+            try ask(request, holder: holder, verb: verb, note: note)
+            return nil
+        }
     }
 
     /// Leaves `request` in the store's inbox for the running queue, waits up to ``wait``
