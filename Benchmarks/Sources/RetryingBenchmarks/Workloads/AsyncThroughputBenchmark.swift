@@ -47,7 +47,7 @@ struct AsyncThroughputBenchmark: Benchmark {
                 baseline: bareWall,
                 baselineName: "bare async Operation",
                 ratio: zip(retrying, bare).map { $0.wall / $1.wall }.median,
-                target: .ratio(atMost: 1.2),
+                target: .ratio(atMost: 1.1),
                 note: "wall-clock time, median of \(rounds) interleaved rounds; ratio = median of the rounds' ratios; "
                     + "\(Int(Double(count) / retryingWall).groupedDigits) vs \(Int(Double(count) / bareWall).groupedDigits) operations/s; "
                     + "one OperationQueue with default settings; creating the operations included, releasing them not"
