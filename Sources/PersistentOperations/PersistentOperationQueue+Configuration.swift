@@ -111,6 +111,29 @@ extension PersistentOperationQueue {
         /// ```
         public var concurrencyLimits: [String: Int] = [:]
 
+        /// Start-rate limits by tag: the attempts of the operations that carry the tag start at
+        /// most ``StartRateLimit/startsPerSecond`` a second on average, and at most
+        /// ``StartRateLimit/burst`` at once after a quiet spell (a token bucket). Default: none.
+        ///
+        /// What a downstream with a published rate ("10 requests a second per API key") needs,
+        /// where ``concurrencyLimits`` bounds only how many calls are open at once: with
+        /// `["api:mail": StartRateLimit(startsPerSecond: 10, burst: 5)]`, five mail attempts may
+        /// start at once, and then one every 100 ms. Retries count as starts. A due operation
+        /// whose tag has no start left waits without a slot or a retry spent (reported
+        /// ``PersistentOperationInfo/State-swift.enum/queued``) and starts, in run order, when
+        /// the bucket has one again; the other slots run other work meanwhile. An operation with
+        /// several limited tags obeys each. A bounded run does not end while an operation waits
+        /// only for its tag's next start. The rate is measured on the monotonic clock (not
+        /// ``scheduler``), and the buckets live in memory: a relaunch starts with full buckets.
+        /// A rate that is not a positive finite number, or a burst below 1, is refused
+        /// (``PersistenceError/Code/invalidOptions``).
+        ///
+        /// ```swift
+        /// var configuration = PersistentOperationQueue.Configuration()
+        /// configuration.startRateLimits = ["api:mail": StartRateLimit(startsPerSecond: 10, burst: 5)]
+        /// ```
+        public var startRateLimits: [String: StartRateLimit] = [:]
+
         /// How long the queue remembers an ``EnqueueOptions/idempotencyKey`` after the last
         /// operation added with it left the store, so that a repeated add in that time stores
         /// nothing. Default: 300 seconds (SQS FIFO's de-duplication window); 0 remembers a key

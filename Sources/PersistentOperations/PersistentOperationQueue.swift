@@ -81,6 +81,11 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         /// operations parked for each such tag, first to run first (see `+ConcurrencyLimits`).
         var limitCounts: [String: Int] = [:]
         var limitWaiters: [String: Heap<ReadySlot>] = [:]
+        /// The start buckets of the tags with a start-rate limit, the due operations parked for
+        /// each such tag, first to run first, and the tags whose wake-up is set (see `+RateLimits`).
+        var rateBuckets: [String: StartBucket] = [:]
+        var rateWaiters: [String: Heap<ReadySlot>] = [:]
+        var rateWakes: Set<String> = []
         /// With fair sharing: each group's next turn, and the turn of the last slot taken
         /// from `ready` (see `+FairShare`).
         var fairShare = FairShareRounds()
@@ -173,6 +178,8 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     /// in, one at a time.
     let inbox = Locked(InboxState())
     let inboxQueue = DispatchQueue(label: "PersistentOperationQueue.inbox")
+    /// Where start-rate wake-ups run (see `+RateLimits`).
+    let rateWakeQueue = DispatchQueue(label: "PersistentOperationQueue.rate")
     /// Serialises changes to the failed area: moving a finished operation's record there
     /// (until the queue forgets the operation), re-queueing, purging and loading it (which
     /// finishes interrupted moves), so none of them sees another halfway.
@@ -227,7 +234,8 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     ///   ``PersistenceError/Code/invalidOptions`` when `configuration` cannot be used (a
     ///   ``Configuration/crashLoopLimit`` below 1, a ``Configuration/maximumRecordSize`` too
     ///   small to hold a record, a negative ``Configuration/idempotencyWindow``, a
-    ///   ``Configuration/concurrencyLimits`` limit below 1, a ``Configuration/fairShareWeights``
+    ///   ``Configuration/concurrencyLimits`` limit below 1, a ``Configuration/startRateLimits``
+    ///   rate that is not positive or a burst below 1, a ``Configuration/fairShareWeights``
     ///   weight outside 1...1,000).
     public init(directory: URL, operationQueue: OperationQueue, configuration: Configuration) throws {
         guard configuration.crashLoopLimit >= 1 else {
@@ -238,6 +246,9 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         }
         if let (tag, limit) = configuration.concurrencyLimits.first(where: { $0.value < 1 }) {
             throw PersistenceError(.invalidOptions, "Configuration.concurrencyLimits gives the tag \"\(tag)\" a limit of \(limit); a limit must be at least 1.", fileURL: directory)
+        }
+        if let (tag, limit) = configuration.startRateLimits.first(where: { !($0.value.startsPerSecond > 0 && $0.value.startsPerSecond.isFinite) || $0.value.burst < 1 }) {
+            throw PersistenceError(.invalidOptions, "Configuration.startRateLimits gives the tag \"\(tag)\" \(limit.startsPerSecond) starts a second with a burst of \(limit.burst); the rate must be a positive finite number and the burst at least 1.", fileURL: directory)
         }
         guard configuration.idempotencyWindow >= 0, configuration.idempotencyWindow.isFinite else {
             throw PersistenceError(.invalidOptions, "Configuration.idempotencyWindow is \(configuration.idempotencyWindow); it must be 0 or more seconds.", fileURL: directory)

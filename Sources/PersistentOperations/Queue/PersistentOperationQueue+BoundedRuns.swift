@@ -122,8 +122,11 @@ extension PersistentOperationQueue {
         state.withLock { state -> Bool in
             if state.slotsInQueue > 0 { return false }
             return !state.entries.values.contains { entry in
-                if case .running = entry.phase { return true }
-                return Self.startsByTime(entry, by: deadline, now: now)
+                switch entry.phase {
+                case .running: return true
+                case .waitingForConditions: return startsByRate(entry, by: deadline, now: now, in: state)
+                default: return Self.startsByTime(entry, by: deadline, now: now)
+                }
             }
         }
     }

@@ -188,8 +188,11 @@ extension PersistentOperationQueue {
             case .waitingToRetry: return .waitingToRetry
             case .blocked: return remainingPrerequisites == 0 && waitsForLane ? .waitingForLane : .waitingForPrerequisites
             case .waitingForConditions:
-                // Parked for a concurrency limit, it waits for room, as a queued one does.
-                return parkedUnder?.hasPrefix(PersistentOperationQueue.limitKeyPrefix) == true ? .queued : .waitingForConditions
+                // Parked for a concurrency or start-rate limit, it waits for room, as a queued
+                // one does.
+                guard let key = parkedUnder else { return .waitingForConditions }
+                return key.hasPrefix(PersistentOperationQueue.limitKeyPrefix) || key.hasPrefix(PersistentOperationQueue.rateKeyPrefix)
+                    ? .queued : .waitingForConditions
             }
         }
     }

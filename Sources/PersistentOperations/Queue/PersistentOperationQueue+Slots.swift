@@ -25,6 +25,7 @@ extension PersistentOperationQueue {
             return nil
         }
         if parkUnlessUnderLimits(&entry, in: &state) { return nil }
+        if parkUnlessStartsLeft(&entry, taking: false, in: &state) { return nil }
         state.slotsInQueue += 1
         let slot = makeSlot(for: entry)
         countAgainstLimits(slot, in: &state)
@@ -154,6 +155,9 @@ extension PersistentOperationQueue {
             defer { state.entries[slot.recordID] = entry }
             if parkUnlessConditionsHold(&entry, in: &state) {
                 return .release   // a condition stopped holding while the slot waited
+            }
+            if parkUnlessStartsLeft(&entry, taking: true, in: &state) {
+                return .release   // its tag's starts were taken while the slot waited
             }
             entry.phase = .running(slot)
             if !entry.hasStarted {
