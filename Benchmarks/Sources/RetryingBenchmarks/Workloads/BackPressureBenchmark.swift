@@ -16,9 +16,12 @@ import PersistentOperations
 ///   retries at once, uncounted, and waits for the condition.
 /// - **pause:** `queue.pause(for: retryAfter, taggedWith: "api")`; the operation retries at
 ///   once, uncounted, and the pause holds it with every other operation of the tag.
+/// - **start-rate limit:** `Configuration.startRateLimits` keeps the tag's starts at 95% of
+///   the downstream's rate (burst: a window's worth), and a 429 still pauses the tag.
 ///
-/// Reported: 429s per success and successes per second, of the pause against the breaker
-/// (median of interleaved rounds), with the per-operation figures in the note.
+/// Reported: 429s per success and successes per second, of the pause and of the start-rate
+/// limit against the breaker (median of interleaved rounds), with the per-operation figures in
+/// the note.
 struct BackPressureBenchmark: Benchmark {
     let id = "B1"
     let title = "a rate-limited downstream: 429s per success and throughput, pause vs a hand-made breaker vs per-operation retries"
@@ -27,6 +30,7 @@ struct BackPressureBenchmark: Benchmark {
         case perOperation = "per operation"
         case breaker
         case pause
+        case rateLimit = "start-rate limit"
     }
 
     struct Outcome {
@@ -57,6 +61,7 @@ struct BackPressureBenchmark: Benchmark {
         let pause = outcomes[.pause] ?? []
         let breaker = outcomes[.breaker] ?? []
         let perOperation = outcomes[.perOperation] ?? []
+        let rateLimited = outcomes[.rateLimit] ?? []
         let note = "\(count.groupedDigits) operations, 8-slot queue, a downstream of \(limit * 4) requests/s in 0.25 s windows; "
             + String(format: "per-operation retries: %.2f 429s per success, %.0f successes/s; ", perOperation.map(\.rejectionsPerSuccess).median, perOperation.map(\.throughput).median)
             + "median of \(rounds) interleaved rounds; ratio = median of the rounds' ratios"
@@ -82,6 +87,26 @@ struct BackPressureBenchmark: Benchmark {
                 target: .ratio(atLeast: 0.9),
                 note: "the downstream's limit is \(limit * 4)/s"
             ),
+            BenchmarkResult(
+                id: "\(id).rate.rejections",
+                name: "429s per success, startRateLimits at 95% of the downstream's rate",
+                value: rateLimited.map(\.rejectionsPerSuccess).median,
+                unit: .perSuccess,
+                baseline: breaker.map(\.rejectionsPerSuccess).median,
+                baselineName: "a RunCondition breaker tripped on each 429",
+                ratio: zip(rateLimited, breaker).map { $0.rejectionsPerSuccess / max($1.rejectionsPerSuccess, 1e-9) }.median,
+                note: "a 429 still pauses the tag"
+            ),
+            BenchmarkResult(
+                id: "\(id).rate.throughput",
+                name: "successes per second, startRateLimits at 95% of the downstream's rate",
+                value: rateLimited.map(\.throughput).median,
+                unit: .operationsPerSecond,
+                baseline: breaker.map(\.throughput).median,
+                baselineName: "a RunCondition breaker tripped on each 429",
+                ratio: zip(rateLimited, breaker).map { $0.throughput / $1.throughput }.median,
+                note: "the limit: \(Int(Double(limit * 4) * 0.95)) starts/s, burst \(limit)"
+            ),
         ]
     }
 
@@ -92,7 +117,11 @@ struct BackPressureBenchmark: Benchmark {
         let operationQueue = OperationQueue()
         operationQueue.maxConcurrentOperationCount = 8
         operationQueue.isSuspended = true
-        let queue = try PersistentOperationQueue(directory: directory.url, operationQueue: operationQueue)
+        var configuration = PersistentOperationQueue.Configuration()
+        if strategy == .rateLimit {
+            configuration.startRateLimits = ["api": StartRateLimit(startsPerSecond: Double(limit) * 4 * 0.95, burst: limit)]
+        }
+        let queue = try PersistentOperationQueue(directory: directory.url, operationQueue: operationQueue, configuration: configuration)
         defer { queue.close() }
         queue.register(DownstreamCall.self)
         let breaker = ManualRunCondition(isSatisfied: true)
@@ -216,7 +245,7 @@ final class DownstreamCall: RetryingOperation, PersistentOperation, @unchecked S
             case .breaker:
                 world.tripBreaker(for: retryAfter)
                 baseOperationEnded(needsRetryIn: 0, countsTowardRetryLimit: false)
-            case .pause:
+            case .pause, .rateLimit:
                 world.queue?.pause(for: retryAfter, taggedWith: "api")
                 baseOperationEnded(needsRetryIn: 0, countsTowardRetryLimit: false)
             }
