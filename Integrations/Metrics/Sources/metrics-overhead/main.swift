@@ -54,7 +54,7 @@ func median(_ values: [Double]) -> Double {
 }
 
 let arguments = CommandLine.arguments.dropFirst().compactMap { Int($0) }
-let count = arguments.first ?? 2_000
+let count = arguments.first ?? 20_000
 let rounds = arguments.dropFirst().first ?? 9
 let cases: [(id: String, durability: PersistentOperationQueue.Durability, withAppHandler: Bool)] = [
     ("M1", .flushed, false), ("M1.process", .processCrash, false), ("M1.handler", .flushed, true), ("M1.process.handler", .processCrash, true),
