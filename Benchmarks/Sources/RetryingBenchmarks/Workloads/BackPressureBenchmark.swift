@@ -65,49 +65,31 @@ struct BackPressureBenchmark: Benchmark {
         let note = "\(count.groupedDigits) operations, 8-slot queue, a downstream of \(limit * 4) requests/s in 0.25 s windows; "
             + String(format: "per-operation retries: %.2f 429s per success, %.0f successes/s; ", perOperation.map(\.rejectionsPerSuccess).median, perOperation.map(\.throughput).median)
             + "median of \(rounds) interleaved rounds; ratio = median of the rounds' ratios"
-        return [
-            BenchmarkResult(
-                id: "\(id).rejections",
-                name: "429s per success, pause(for:taggedWith:) on each 429",
-                value: pause.map(\.rejectionsPerSuccess).median,
-                unit: .perSuccess,
-                baseline: breaker.map(\.rejectionsPerSuccess).median,
-                baselineName: "a RunCondition breaker tripped on each 429",
-                ratio: zip(pause, breaker).map { $0.rejectionsPerSuccess / max($1.rejectionsPerSuccess, 1e-9) }.median,
-                note: note
-            ),
-            BenchmarkResult(
-                id: "\(id).throughput",
-                name: "successes per second, pause(for:taggedWith:) on each 429",
-                value: pause.map(\.throughput).median,
-                unit: .operationsPerSecond,
-                baseline: breaker.map(\.throughput).median,
-                baselineName: "a RunCondition breaker tripped on each 429",
-                ratio: zip(pause, breaker).map { $0.throughput / $1.throughput }.median,
-                target: .ratio(atLeast: 0.9),
-                note: "the downstream's limit is \(limit * 4)/s"
-            ),
-            BenchmarkResult(
-                id: "\(id).rate.rejections",
-                name: "429s per success, startRateLimits at 95% of the downstream's rate",
-                value: rateLimited.map(\.rejectionsPerSuccess).median,
-                unit: .perSuccess,
-                baseline: breaker.map(\.rejectionsPerSuccess).median,
-                baselineName: "a RunCondition breaker tripped on each 429",
-                ratio: zip(rateLimited, breaker).map { $0.rejectionsPerSuccess / max($1.rejectionsPerSuccess, 1e-9) }.median,
-                note: "a 429 still pauses the tag"
-            ),
-            BenchmarkResult(
-                id: "\(id).rate.throughput",
-                name: "successes per second, startRateLimits at 95% of the downstream's rate",
-                value: rateLimited.map(\.throughput).median,
-                unit: .operationsPerSecond,
-                baseline: breaker.map(\.throughput).median,
-                baselineName: "a RunCondition breaker tripped on each 429",
-                ratio: zip(rateLimited, breaker).map { $0.throughput / $1.throughput }.median,
-                note: "the limit: \(Int(Double(limit * 4) * 0.95)) starts/s, burst \(limit)"
-            ),
-        ]
+        /// The 429s per success and the throughput of `outcomes`, against the breaker's.
+        func rows(_ outcomes: [Outcome], idPrefix: String, answer: String, throughputTarget: BenchmarkTarget?, notes: (String, String)) -> [BenchmarkResult] {
+            let baselineName = "a RunCondition breaker tripped on each 429"
+            return [
+                BenchmarkResult(
+                    id: "\(idPrefix).rejections", name: "429s per success, \(answer)",
+                    value: outcomes.map(\.rejectionsPerSuccess).median, unit: .perSuccess,
+                    baseline: breaker.map(\.rejectionsPerSuccess).median, baselineName: baselineName,
+                    ratio: zip(outcomes, breaker).map { $0.rejectionsPerSuccess / max($1.rejectionsPerSuccess, 1e-9) }.median,
+                    note: notes.0
+                ),
+                BenchmarkResult(
+                    id: "\(idPrefix).throughput", name: "successes per second, \(answer)",
+                    value: outcomes.map(\.throughput).median, unit: .operationsPerSecond,
+                    baseline: breaker.map(\.throughput).median, baselineName: baselineName,
+                    ratio: zip(outcomes, breaker).map { $0.throughput / $1.throughput }.median,
+                    target: throughputTarget, note: notes.1
+                ),
+            ]
+        }
+        return rows(pause, idPrefix: id, answer: "pause(for:taggedWith:) on each 429", throughputTarget: .ratio(atLeast: 0.9), notes: (note, "the downstream's limit is \(limit * 4)/s"))
+            + rows(
+                rateLimited, idPrefix: "\(id).rate", answer: "startRateLimits at 95% of the downstream's rate", throughputTarget: nil,
+                notes: ("a 429 still pauses the tag", "the limit: \(Int(Double(limit * 4) * 0.95)) starts/s, burst \(limit)")
+            )
     }
 
     /// Runs `count` operations against a fresh downstream with `strategy`.
