@@ -30,9 +30,31 @@ extension PersistentOperationQueue {
         guard let full = entry.record.tags.first(where: { tag in limits[tag].map { state.limitCounts[tag, default: 0] >= $0 } ?? false }) else {
             return false
         }
-        state.limitWaiters[full, default: Heap(by: ReadySlot.runsBefore)].insert(ReadySlot(id: entry.record.id, order: entry.record.runOrder))
-        setParked(&entry, under: Self.limitKeyPrefix + full, in: &state)
+        park(&entry, in: \.limitWaiters, tag: full, key: Self.limitKeyPrefix + full, state: &state)
         return true
+    }
+
+    /// Under the lock: parks a due entry under `key` in the heap of `tag` among `waiters` (a
+    /// limit's waiting operations, first to run first).
+    func park(_ entry: inout Entry, in waiters: WritableKeyPath<State, [String: Heap<ReadySlot>]>, tag: String, key: String, state: inout State) {
+        state[keyPath: waiters][tag, default: Heap(by: ReadySlot.runsBefore)].insert(ReadySlot(id: entry.record.id, order: entry.record.runOrder))
+        setParked(&entry, under: key, in: &state)
+    }
+
+    /// Under the lock: the first entry still parked under `key` in the heap of `tag` among
+    /// `waiters` goes back to the ready operations (the caller fills the slots); whether there
+    /// was one. Entries forgotten or let out meanwhile are skipped; an emptied heap is dropped.
+    func letOutNextParked(from waiters: WritableKeyPath<State, [String: Heap<ReadySlot>]>, tag: String, key: String, state: inout State) -> Bool {
+        defer { if state[keyPath: waiters][tag]?.count == 0 { state[keyPath: waiters][tag] = nil } }
+        while let next = state[keyPath: waiters][tag]?.popFirst() {
+            guard var entry = state.entries[next.id], case .waitingForConditions = entry.phase, entry.parkedUnder == key else { continue }
+            entry.parkedUnder = nil
+            rejoinIsolation(next.id, in: &state)
+            hold(&entry, in: &state)
+            state.entries[next.id] = entry
+            return true
+        }
+        return false
     }
 
     /// Under the lock: counts a slot just given against its tags' limits.
@@ -48,16 +70,7 @@ extension PersistentOperationQueue {
             let count = state.limitCounts[tag, default: 1] - 1
             state.limitCounts[tag] = count > 0 ? count : nil
             guard let limit = limits[tag], count < limit else { continue }
-            let key = Self.limitKeyPrefix + tag
-            while let next = state.limitWaiters[tag]?.popFirst() {
-                guard var entry = state.entries[next.id], case .waitingForConditions = entry.phase, entry.parkedUnder == key else { continue }
-                entry.parkedUnder = nil
-                rejoinIsolation(next.id, in: &state)
-                hold(&entry, in: &state)
-                state.entries[next.id] = entry
-                break
-            }
-            if state.limitWaiters[tag]?.count == 0 { state.limitWaiters[tag] = nil }
+            _ = letOutNextParked(from: \.limitWaiters, tag: tag, key: Self.limitKeyPrefix + tag, state: &state)
         }
     }
 }

@@ -52,8 +52,7 @@ extension PersistentOperationQueue {
             bucket.refill(at: now, limit: limit)
             if bucket.starts < 1 {
                 state.rateBuckets[tag] = bucket
-                state.rateWaiters[tag, default: Heap(by: ReadySlot.runsBefore)].insert(ReadySlot(id: entry.record.id, order: entry.record.runOrder))
-                setParked(&entry, under: Self.rateKeyPrefix + tag, in: &state)
+                park(&entry, in: \.rateWaiters, tag: tag, key: Self.rateKeyPrefix + tag, state: &state)
                 setRateWake(for: tag, after: bucket.secondsUntilAStart(limit: limit), in: &state)
                 return true
             }
@@ -88,17 +87,10 @@ extension PersistentOperationQueue {
             state.rateBuckets[tag] = bucket
             let key = Self.rateKeyPrefix + tag
             var letOut = 0
-            while Double(letOut) + 1 <= bucket.starts, let next = state.rateWaiters[tag]?.popFirst() {
-                guard var entry = state.entries[next.id], case .waitingForConditions = entry.phase, entry.parkedUnder == key else { continue }
-                entry.parkedUnder = nil
-                rejoinIsolation(next.id, in: &state)
-                hold(&entry, in: &state)
-                state.entries[next.id] = entry
+            while Double(letOut) + 1 <= bucket.starts, letOutNextParked(from: \.rateWaiters, tag: tag, key: key, state: &state) {
                 letOut += 1
             }
-            if state.rateWaiters[tag]?.count == 0 {
-                state.rateWaiters[tag] = nil
-            } else if state.rateWaiters[tag] != nil {
+            if state.rateWaiters[tag] != nil {
                 // Still waiting: the next wake-up, when the bucket holds a start more than the
                 // operations let out now take (they take theirs when their slots start).
                 setRateWake(for: tag, after: (Double(letOut) + 1 - bucket.starts) / limit.startsPerSecond, in: &state)
