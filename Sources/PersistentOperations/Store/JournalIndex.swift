@@ -77,6 +77,8 @@ struct JournalIndex: Sendable {
         return (settledLiveBytes[segment] ?? 0) + unsettled
     }
 
+    /// The live bytes of every segment.
+    private(set) var totalLiveBytes: Int64 = 0
     /// Live bytes per segment.
     private var settledLiveBytes: [JournalSegmentName: Int64] = [:]
     /// Changes of one segment's live bytes not yet in `settledLiveBytes`: the records of a
@@ -179,7 +181,7 @@ struct JournalIndex: Sendable {
     /// Forgets the live-byte count of a segment compaction removed (its records moved).
     mutating func forgetSegment(_ segment: JournalSegmentName) {
         settleLiveBytes()
-        settledLiveBytes[segment] = nil
+        totalLiveBytes -= settledLiveBytes.removeValue(forKey: segment) ?? 0
     }
 
     private mutating func settleLiveBytes() {
@@ -190,6 +192,7 @@ struct JournalIndex: Sendable {
 
     private mutating func account(_ entry: Entry, sign: Int, id: UUID) {
         let delta = Int64(sign) * entry.location.liveBytes
+        totalLiveBytes += delta
         if let unsettled = unsettledLiveBytes, unsettled.segment == entry.location.segment {
             unsettledLiveBytes?.delta += delta
         } else {

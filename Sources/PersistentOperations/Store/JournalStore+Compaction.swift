@@ -68,12 +68,15 @@ extension JournalStore {
         let isDue = state.withLock { state -> Bool in
             guard !state.isCompacting, !state.isClosed, state.failure == nil, let active = state.active else { return false }
             if !state.remembered.isEmpty { state.remembered.prune(before: configuration.clock()) }
-            var sealed: Int64 = 0
-            var live: Int64 = 0
-            for (name, size) in state.sizes where name != active.file.name {
-                sealed += size
-                live += state.liveBytes(of: name)
-            }
+            // From running totals: a large store has hundreds of segments, and this runs after
+            // every change.
+            let sealed = state.sizes.total - (state.sizes[active.file.name] ?? 0)
+            let live = state.totalLiveBytes - state.liveBytes(of: active.file.name)
+            assert(
+                sealed == state.sizes.sum(where: { $0 != active.file.name })
+                    && live == state.sizes.names.filter { $0 != active.file.name }.reduce(0) { $0 + state.liveBytes(of: $1) },
+                "the running totals of the segments' sizes and live bytes drifted"
+            )
             // A store whose every record has gone (its work drained) starts over: the active
             // segment is sealed and merged with the others into nothing. It does when sealed
             // segments are left (a compaction that ran while the last records were being

@@ -173,8 +173,8 @@ package final class JournalStore: Sendable {
         var index = JournalIndex()
         /// Every segment, the active one included, open for reading.
         var segments: [JournalSegmentName: JournalSegmentFile] = [:]
-        /// The valid size of each segment.
-        var sizes: [JournalSegmentName: Int64] = [:]
+        /// The valid size of each segment, and their sum.
+        var sizes = SegmentSizes()
         var active: ActiveSegment?
         /// Writers of sealed segments, closed when compaction removes their segment.
         var sealedWriters: [JournalSegmentName: JournalWriter] = [:]
@@ -197,6 +197,12 @@ package final class JournalStore: Sendable {
         /// The bytes of `segment` that records and remembered keys keep alive.
         func liveBytes(of segment: JournalSegmentName) -> Int64 {
             index.liveBytes(of: segment) + remembered.liveBytes(of: segment)
+        }
+
+        /// The bytes of every segment that records and remembered keys keep alive, kept as
+        /// they change: compaction's check after each change adds up no segments.
+        var totalLiveBytes: Int64 {
+            index.totalLiveBytes + remembered.totalLiveBytes
         }
     }
 
@@ -273,7 +279,7 @@ package final class JournalStore: Sendable {
     /// The total size of the segment files, in bytes.
     package var journalSize: Int64 {
         state.withLock { state in
-            state.sizes.reduce(0) { $0 + $1.value } - (state.active.map { state.sizes[$0.file.name]! } ?? 0)
+            state.sizes.total - (state.active.map { state.sizes[$0.file.name]! } ?? 0)
                 + (state.active.map { $0.writer.size } ?? 0)
         }
     }

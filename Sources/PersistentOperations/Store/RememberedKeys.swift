@@ -27,6 +27,8 @@ struct RememberedKeys: Sendable {
     private(set) var byKey: [String: [Entry]] = [:]
     /// The bytes of each segment's frames that remembered entries keep alive.
     private var bytesBySegment: [JournalSegmentName: Int64] = [:]
+    /// Their sum over every segment.
+    private(set) var totalLiveBytes: Int64 = 0
     /// Every insertion, in order, for pruning: dates mostly increase (one window per store).
     private var order: [(key: String, id: UUID, until: Date)] = []
     private var orderStart = 0
@@ -54,11 +56,13 @@ struct RememberedKeys: Sendable {
         var entries = byKey[retired.key] ?? []
         if let index = entries.firstIndex(where: { $0.retired.id == retired.id }) {
             bytesBySegment[entries[index].segment, default: 0] -= entries[index].size
+            totalLiveBytes -= entries[index].size
             entries.remove(at: index)
         }
         entries.append(Entry(retired: retired, segment: segment, size: size))
         byKey[retired.key] = entries
         bytesBySegment[segment, default: 0] += size
+        totalLiveBytes += size
         order.append((retired.key, retired.id, retired.rememberedUntil))
     }
 
@@ -75,7 +79,8 @@ struct RememberedKeys: Sendable {
     /// Forgets every entry whose frame is in `segment` (compaction removed it: what was still
     /// remembered moved first).
     mutating func forgetSegment(_ segment: JournalSegmentName) {
-        guard bytesBySegment.removeValue(forKey: segment) != nil else { return }
+        guard let forgotten = bytesBySegment.removeValue(forKey: segment) else { return }
+        totalLiveBytes -= forgotten
         for (key, entries) in byKey where entries.contains(where: { $0.segment == segment }) {
             let kept = entries.filter { $0.segment != segment }
             byKey[key] = kept.isEmpty ? nil : kept
@@ -90,6 +95,7 @@ struct RememberedKeys: Sendable {
             orderStart += 1
             guard var entries = byKey[key], let index = entries.firstIndex(where: { $0.retired.id == id && $0.retired.rememberedUntil == until }) else { continue }
             bytesBySegment[entries[index].segment, default: 0] -= entries[index].size
+            totalLiveBytes -= entries[index].size
             entries.remove(at: index)
             byKey[key] = entries.isEmpty ? nil : entries
         }
