@@ -71,9 +71,9 @@ struct RecordTableTests {
         #expect(hashes.count == 128)
     }
 
-    @Test func anIndexEntryTakesFortyBytes() {
+    @Test func anIndexEntryTakesThirtyTwoBytes() {
         // The index of a million records holds a million of these (see `JournalIndex`).
-        #expect(MemoryLayout<JournalIndex.Entry>.size == 40)
-        #expect(MemoryLayout<JournalIndex.Entry?>.size == 40)
+        #expect(MemoryLayout<JournalIndex.StoredEntry>.size == 32)
+        #expect(MemoryLayout<JournalIndex.StoredEntry?>.size == 32)
     }
 }

@@ -4,11 +4,13 @@ import Foundation
 /// and the little that counts and due dates need (when it is due, whether it is periodic);
 /// never a payload.
 ///
-/// 40 bytes a record, in a table of 56-byte slots at most 80 % full (``RecordTable``): about
-/// 70 bytes a record in all, and no allocation per record. The key is a `UUID`, not a `String`
+/// 32 bytes a record, in a table of 48-byte slots at most 80 % full (``RecordTable``): about
+/// 60 bytes a record in all, and no allocation per record. The key is a `UUID`, not a `String`
 /// (36 characters would take a heap allocation each); a record's type is an ordinal into one
-/// list of the type identifiers. The index also keeps, per segment, how many of its bytes are
-/// live (belong to the current version of a record): the rest is what compaction reclaims.
+/// list of the type identifiers, and its segment an ordinal into the list of the segments
+/// (``Entry``, with its whole ``Location``, is what readers get). The index also keeps, per
+/// segment, how many of its bytes are live (belong to the current version of a record): the
+/// rest is what compaction reclaims.
 struct JournalIndex: Sendable {
     /// The area a record is in.
     enum Area: UInt8, Sendable {
@@ -40,7 +42,7 @@ struct JournalIndex: Sendable {
         var liveBytes: Int64 { Int64(length) + (isFrame ? 0 : 4) }
     }
 
-    /// One record: 40 bytes (see ``MemoryLayout``'s figure in the tests).
+    /// One record, as readers of the index see it (stored as a ``StoredEntry``).
     struct Entry: Sendable {
         var location: Location
         var area: Area
@@ -52,7 +54,18 @@ struct JournalIndex: Sendable {
         /// Its type's position in ``typeNames`` (see ``typeOrdinal(_:)``).
         var type: UInt32
         /// When it may next start, in seconds since the reference date; NaN: it may start now.
-        private var dueInterval: Double
+        fileprivate var dueInterval: Double
+
+        fileprivate init(_ stored: StoredEntry, segmentNames: [JournalSegmentName]) {
+            location = Location(
+                segment: segmentNames[Int(stored.segment)], offset: stored.offset, length: stored.length, isFrame: stored.isFrame
+            )
+            area = stored.area
+            attemptsInFlight = stored.attemptsInFlight
+            isPeriodic = stored.isPeriodic
+            type = stored.type
+            dueInterval = stored.dueInterval
+        }
 
         init(area: Area, attemptsInFlight: UInt8 = 0, type: UInt32, location: Location, dueDate: Date? = nil, isPeriodic: Bool = false) {
             self.location = location
@@ -70,7 +83,57 @@ struct JournalIndex: Sendable {
         }
     }
 
-    private(set) var entries = RecordTable<Entry>()
+    /// One record as the table holds it: 32 bytes (see ``MemoryLayout``'s figure in the
+    /// tests), its segment an ordinal into ``segmentNames``.
+    struct StoredEntry: Sendable {
+        fileprivate var dueInterval: Double
+        fileprivate var offset: Int64
+        fileprivate var segment: UInt32
+        fileprivate var length: Int32
+        fileprivate var type: UInt32
+        fileprivate var isFrame: Bool
+        fileprivate var area: Area
+        fileprivate var attemptsInFlight: UInt8
+        fileprivate var isPeriodic: Bool
+    }
+
+    /// The records, read as ``Entry`` values: `entries[id]`, iteration, `count`, `keys`.
+    var entries: Entries { Entries(table: table, segmentNames: segmentNames) }
+
+    /// A read-only view of the records.
+    struct Entries: Sequence {
+        fileprivate let table: RecordTable<StoredEntry>
+        fileprivate let segmentNames: [JournalSegmentName]
+
+        var count: Int { table.count }
+        var isEmpty: Bool { table.isEmpty }
+        var keys: [UUID] { table.keys }
+
+        subscript(id: UUID) -> Entry? {
+            table[id].map { Entry($0, segmentNames: segmentNames) }
+        }
+
+        func makeIterator() -> Iterator {
+            Iterator(base: table.makeIterator(), segmentNames: segmentNames)
+        }
+
+        struct Iterator: IteratorProtocol {
+            fileprivate var base: RecordTable<StoredEntry>.Iterator
+            fileprivate let segmentNames: [JournalSegmentName]
+
+            mutating func next() -> (key: UUID, value: Entry)? {
+                base.next().map { ($0.key, Entry($0.value, segmentNames: segmentNames)) }
+            }
+        }
+    }
+
+    private var table = RecordTable<StoredEntry>()
+    /// The segments the records are in, by ordinal; a forgotten segment's ordinal is given to
+    /// the next new one.
+    private var segmentNames: [JournalSegmentName] = []
+    private var segmentOrdinals: [JournalSegmentName: UInt32] = [:]
+    private var freeSegmentOrdinals: [UInt32] = []
+    private var lastSegment: (name: JournalSegmentName, ordinal: UInt32)?
     /// The live bytes of `segment`.
     func liveBytes(of segment: JournalSegmentName) -> Int64 {
         let unsettled = unsettledLiveBytes.map { $0.segment == segment ? $0.delta : 0 } ?? 0
@@ -119,10 +182,35 @@ struct JournalIndex: Sendable {
         return ordinal
     }
 
+    /// The ordinal of `segment` for ``StoredEntry/segment``, given it the first time.
+    private mutating func segmentOrdinal(_ segment: JournalSegmentName) -> UInt32 {
+        // Records are indexed in runs of one segment: the last one's is compared first.
+        if let last = lastSegment, last.name == segment { return last.ordinal }
+        let ordinal: UInt32
+        if let known = segmentOrdinals[segment] {
+            ordinal = known
+        } else if let free = freeSegmentOrdinals.popLast() {
+            ordinal = free
+            segmentNames[Int(free)] = segment
+            segmentOrdinals[segment] = free
+        } else {
+            ordinal = UInt32(segmentNames.count)
+            segmentNames.append(segment)
+            segmentOrdinals[segment] = ordinal
+        }
+        lastSegment = (segment, ordinal)
+        return ordinal
+    }
+
     /// Sets the record `id` to `entry`, replacing what it was, in either area.
     mutating func set(_ id: UUID, _ entry: Entry) {
-        let old = entries.updateValue(entry, forKey: id)
-        if let old { account(old, sign: -1, id: id) }
+        let stored = StoredEntry(
+            dueInterval: entry.dueInterval, offset: entry.location.offset, segment: segmentOrdinal(entry.location.segment),
+            length: entry.location.length, type: entry.type, isFrame: entry.location.isFrame, area: entry.area,
+            attemptsInFlight: entry.attemptsInFlight, isPeriodic: entry.isPeriodic
+        )
+        let old = table.updateValue(stored, forKey: id)
+        if let old { account(Entry(old, segmentNames: segmentNames), sign: -1, id: id) }
         account(entry, sign: 1, id: id)
     }
 
@@ -156,13 +244,14 @@ struct JournalIndex: Sendable {
     /// Makes room for `count` records in all, so that the table is not grown (and every
     /// entry moved) again and again while a large journal is read.
     mutating func reserveCapacity(_ count: Int) {
-        entries.reserveCapacity(count)
+        table.reserveCapacity(count)
     }
 
     /// Removes the record `id` from whichever area holds it; returns what it was.
     @discardableResult
     mutating func remove(_ id: UUID) -> Entry? {
-        guard let old = entries.removeValue(forKey: id) else { return nil }
+        guard let stored = table.removeValue(forKey: id) else { return nil }
+        let old = Entry(stored, segmentNames: segmentNames)
         account(old, sign: -1, id: id)
         if !idempotencyKeys.isEmpty { forgetIdempotencyKey(of: id) }
         return old
@@ -181,7 +270,13 @@ struct JournalIndex: Sendable {
     /// Forgets the live-byte count of a segment compaction removed (its records moved).
     mutating func forgetSegment(_ segment: JournalSegmentName) {
         settleLiveBytes()
-        totalLiveBytes -= settledLiveBytes.removeValue(forKey: segment) ?? 0
+        let forgotten = settledLiveBytes.removeValue(forKey: segment) ?? 0
+        totalLiveBytes -= forgotten
+        // Its ordinal is given again only when no record is there (compaction moved them
+        // all; one it could not move was changed meanwhile, and so is in a later segment).
+        guard forgotten == 0, let ordinal = segmentOrdinals.removeValue(forKey: segment) else { return }
+        if lastSegment?.name == segment { lastSegment = nil }
+        freeSegmentOrdinals.append(ordinal)
     }
 
     private mutating func settleLiveBytes() {
