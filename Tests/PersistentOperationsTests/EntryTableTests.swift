@@ -34,6 +34,10 @@ struct EntryTableTests {
         #expect(original.crashes == 2 && original.kills == 0)
     }
 
+    private static func change(_ entry: inout PersistentOperationQueue.Entry?, _ body: (inout PersistentOperationQueue.Entry?) -> Void) {
+        body(&entry)
+    }
+
     @Test func randomAddsChangesAndRemovalsLeaveWhatADictionaryWouldHold() throws {
         var table = PersistentOperationQueue.EntryTable()
         var reference: [String: Int] = [:]
@@ -41,7 +45,7 @@ struct EntryTableTests {
         let ids = (0..<64).map { "ID-\($0)" }
         for step in 0..<5_000 {
             let id = ids[Int.random(in: 0..<ids.count, using: &random)]
-            switch Int.random(in: 0..<4, using: &random) {
+            switch Int.random(in: 0..<6, using: &random) {
             case 0:
                 // Add or replace
                 var new = try entry(step % 50)
@@ -56,9 +60,18 @@ struct EntryTableTests {
                 // Change in place, through the subscript
                 table[id]?.kills += 1
                 if reference[id] != nil { reference[id]! += 1 }
-            default:
+            case 3:
                 // Set nil removes
                 table[id] = nil
+                reference[id] = nil
+            case 4:
+                // Through an inout access (the subscript's `_modify`): add or replace
+                let new = try entry(step % 50)
+                Self.change(&table[id]) { $0 = new; $0?.kills = step }
+                reference[id] = step
+            default:
+                // Through an inout access: set nil removes, a missing entry stays missing
+                Self.change(&table[id]) { $0 = nil }
                 reference[id] = nil
             }
             #expect(table.count == reference.count)

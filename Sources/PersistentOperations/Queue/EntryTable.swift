@@ -23,7 +23,9 @@ extension PersistentOperationQueue {
     struct EntryTable: Sendable, Sequence {
         private var positions: [String: Int] = [:]
         private var identifiers: [String] = []
-        private var storage: [Entry] = []
+        /// The entries, never `nil` between calls: optional so that an entry can be changed in
+        /// place, through the array's own element access (see the subscript's `_modify`).
+        private var storage: [Entry?] = []
 
         /// How many entries the table holds.
         var count: Int { storage.count }
@@ -32,14 +34,16 @@ extension PersistentOperationQueue {
         /// The identifiers of the entries, in the order of ``values``.
         var keys: [String] { identifiers }
         /// The entries, in the order of ``keys``.
-        var values: [Entry] { storage }
+        var values: [Entry] { storage.map { $0! } }
 
         /// An entry of the table, as a dictionary's `first`: no particular one.
         var first: (key: String, value: Entry)? {
-            storage.isEmpty ? nil : (identifiers[0], storage[0])
+            storage.isEmpty ? nil : (identifiers[0], storage[0]!)
         }
 
-        /// The entry of `id`; setting `nil` removes it.
+        /// The entry of `id`; setting `nil` removes it. Changing a field of an entry
+        /// (`table[id]?.kills += 1`) changes it in place: the entry is not copied out and
+        /// back, nor its identifier hashed twice.
         subscript(id: String) -> Entry? {
             get {
                 guard let position = positions[id] else { return nil }
@@ -52,26 +56,59 @@ extension PersistentOperationQueue {
                     removeValue(forKey: id)
                 }
             }
+            _modify {
+                guard let position = positions[id] else {
+                    var added: Entry?
+                    defer {
+                        if let added { append(added, forKey: id) }
+                    }
+                    yield &added
+                    return
+                }
+                defer {
+                    // Set to `nil`: removed.
+                    if storage[position] == nil { removeHole(at: position) }
+                }
+                yield &storage[position]
+            }
         }
 
         /// Sets the entry of `id`; returns the entry it replaced, if any.
         @discardableResult
         mutating func updateValue(_ entry: Entry, forKey id: String) -> Entry? {
-            if let position = positions[id] {
+            // One hashing of the identifier for an entry added (the common case).
+            if let position = positions.updateValue(storage.count, forKey: id) {
+                positions[id] = position
                 let old = storage[position]
                 storage[position] = entry
                 return old
             }
-            positions[id] = storage.count
             identifiers.append(id)
             storage.append(entry)
             return nil
         }
 
+        /// Adds the entry of `id`, which the table does not hold.
+        private mutating func append(_ entry: Entry, forKey id: String) {
+            positions[id] = storage.count
+            identifiers.append(id)
+            storage.append(entry)
+        }
+
         /// Removes the entry of `id`; returns it, if there was one.
         @discardableResult
         mutating func removeValue(forKey id: String) -> Entry? {
-            guard let position = positions.removeValue(forKey: id) else { return nil }
+            guard let position = positions[id] else { return nil }
+            let entry = storage[position]
+            storage[position] = nil
+            removeHole(at: position)
+            return entry
+        }
+
+        /// Removes the slot at `position`, whose entry was set to `nil`: the last entry moves
+        /// into its place.
+        private mutating func removeHole(at position: Int) {
+            positions[identifiers[position]] = nil
             let last = storage.count - 1
             if position != last {
                 storage.swapAt(position, last)
@@ -79,7 +116,7 @@ extension PersistentOperationQueue {
                 positions[identifiers[position]] = position
             }
             identifiers.removeLast()
-            return storage.removeLast()
+            storage.removeLast()
         }
 
         /// Makes room for `capacity` entries in all.
@@ -95,13 +132,13 @@ extension PersistentOperationQueue {
 
         struct Iterator: IteratorProtocol {
             let identifiers: [String]
-            let storage: [Entry]
+            let storage: [Entry?]
             var position = 0
 
             mutating func next() -> (key: String, value: Entry)? {
                 guard position < storage.count else { return nil }
                 defer { position += 1 }
-                return (identifiers[position], storage[position])
+                return (identifiers[position], storage[position]!)
             }
         }
     }
