@@ -25,6 +25,7 @@ struct PayloadDecoderTests {
         var string: String, optionalString: String?, date: Date, data: Data, url: URL
         var kind: Kind, steps: [Step], inner: Inner, inners: [Inner]
         var byName: [String: Int], byNumber: [Int: String], nested: [[Double]]
+        var headers: [String: String], optionalHeaders: [String: String?], datesByName: [String: Date], innersByName: [String: [String: Inner]]
         var decimal: Decimal, uuid: UUID
     }
 
@@ -82,6 +83,10 @@ struct PayloadDecoderTests {
             byName: Dictionary(uniqueKeysWithValues: (0..<Int.random(in: 0...4, using: &random)).map { ("k\($0)", pick(Int.self)) }),
             byNumber: Dictionary(uniqueKeysWithValues: (0..<Int.random(in: 0...4, using: &random)).map { ($0 * 7, randomString(&random)) }),
             nested: [[1, 2.5], [], [doubles.randomElement(using: &random)!]],
+            headers: Dictionary(uniqueKeysWithValues: (0..<Int.random(in: 0...4, using: &random)).map { ("h\($0)" + randomString(&random), randomString(&random)) }),
+            optionalHeaders: Dictionary(uniqueKeysWithValues: (0..<Int.random(in: 0...3, using: &random)).map { ("o\($0)", Bool.random(using: &random) ? nil : randomString(&random)) }),
+            datesByName: Dictionary(uniqueKeysWithValues: (0..<Int.random(in: 0...2, using: &random)).map { ("d\($0)", Date(timeIntervalSinceReferenceDate: Double($0) * 1.5)) }),
+            innersByName: ["outer": Dictionary(uniqueKeysWithValues: (0..<Int.random(in: 0...2, using: &random)).map { ("i\($0)", inner(&random)) })],
             decimal: Decimal(string: ["0", "1.5", "-123456789.000001", "3.4028236692093846346337460743176821145e38"].randomElement(using: &random)!)!,
             uuid: UUID()
         )
@@ -132,6 +137,14 @@ struct PayloadDecoderTests {
              { _ = try Self.ours(Missing.self, $0) }, { _ = try PropertyListDecoder().decode(Missing.self, from: $0) }),
             ("$null as a String", Self.bytes(["$null"]),
              { _ = try Self.ours([String].self, $0) }, { _ = try PropertyListDecoder().decode([String].self, from: $0) }),
+            ("$null as a String in a dictionary", Self.bytes(["a": "x", "b": "$null"]),
+             { _ = try Self.ours([String: String].self, $0) }, { _ = try PropertyListDecoder().decode([String: String].self, from: $0) }),
+            ("a number as a String in a dictionary", Self.bytes(["a": 1]),
+             { _ = try Self.ours([String: String].self, $0) }, { _ = try PropertyListDecoder().decode([String: String].self, from: $0) }),
+            ("an array as a dictionary", Self.bytes(["a", "b"]),
+             { _ = try Self.ours([String: String].self, $0) }, { _ = try PropertyListDecoder().decode([String: String].self, from: $0) }),
+            ("a date as a number in a dictionary", Self.bytes(["a": 1.5]),
+             { _ = try Self.ours([String: Date].self, $0) }, { _ = try PropertyListDecoder().decode([String: Date].self, from: $0) }),
         ]
         for entry in cases {
             #expect(throws: (any Error).self, "\(entry.name): ours") { try entry.decode(entry.data) }

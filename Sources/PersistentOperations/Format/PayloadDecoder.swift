@@ -98,6 +98,13 @@ private final class ValueDecoder: Decoder, SingleValueDecodingContainer {
             guard case .data(let data) = value else { throw Self.mismatch(type, value, codingPath) }
             return data as! T
         }
+        if let dictionaryType = type as? any StringKeyedDictionary.Type {
+            // What `Dictionary.init(from:)` does through a keyed container, without one.
+            guard case .dictionary(let dictionary) = value else {
+                throw Self.mismatch([String: Any].self, value, codingPath)
+            }
+            return try dictionaryType.init(decoding: dictionary, codingPath: codingPath) as! T
+        }
         return try T(from: self)
     }
 
@@ -108,56 +115,56 @@ private final class ValueDecoder: Decoder, SingleValueDecodingContainer {
         return false
     }
 
-    static func checkNotNull(_ value: PropertyListValue, _ type: Any.Type, _ codingPath: [any CodingKey]) throws {
+    static func checkNotNull(_ value: PropertyListValue, _ type: Any.Type, _ codingPath: @autoclosure () -> [any CodingKey]) throws {
         if isNull(value) {
-            throw DecodingError.valueNotFound(type, .init(codingPath: codingPath, debugDescription: "Cannot get value of \(type) -- found null value instead"))
+            throw DecodingError.valueNotFound(type, .init(codingPath: codingPath(), debugDescription: "Cannot get value of \(type) -- found null value instead"))
         }
     }
 
-    static func bool(_ value: PropertyListValue, _ codingPath: [any CodingKey]) throws -> Bool {
-        try checkNotNull(value, Bool.self, codingPath)
-        guard case .bool(let bool) = value else { throw mismatch(Bool.self, value, codingPath) }
+    static func bool(_ value: PropertyListValue, _ codingPath: @autoclosure () -> [any CodingKey]) throws -> Bool {
+        try checkNotNull(value, Bool.self, codingPath())
+        guard case .bool(let bool) = value else { throw mismatch(Bool.self, value, codingPath()) }
         return bool
     }
 
-    static func string(_ value: PropertyListValue, _ codingPath: [any CodingKey]) throws -> String {
-        try checkNotNull(value, String.self, codingPath)
-        guard case .string(let string) = value else { throw mismatch(String.self, value, codingPath) }
+    static func string(_ value: PropertyListValue, _ codingPath: @autoclosure () -> [any CodingKey]) throws -> String {
+        try checkNotNull(value, String.self, codingPath())
+        guard case .string(let string) = value else { throw mismatch(String.self, value, codingPath()) }
         return string
     }
 
-    static func integer<T: FixedWidthInteger>(_ value: PropertyListValue, _ codingPath: [any CodingKey]) throws -> T {
-        try checkNotNull(value, T.self, codingPath)
+    static func integer<T: FixedWidthInteger>(_ value: PropertyListValue, _ codingPath: @autoclosure () -> [any CodingKey]) throws -> T {
+        try checkNotNull(value, T.self, codingPath())
         let result: T?
         switch value {
         case .integer(let integer): result = T(exactly: integer)
         case .unsignedInteger(let integer): result = T(exactly: integer)
         case .real(let real): result = T(exactly: real)
-        default: throw mismatch(T.self, value, codingPath)
+        default: throw mismatch(T.self, value, codingPath())
         }
         guard let result else {
-            throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "Property list number <\(value)> does not fit in \(T.self)."))
+            throw DecodingError.dataCorrupted(.init(codingPath: codingPath(), debugDescription: "Property list number <\(value)> does not fit in \(T.self)."))
         }
         return result
     }
 
-    static func floatingPoint<T: BinaryFloatingPoint>(_ value: PropertyListValue, _ codingPath: [any CodingKey]) throws -> T {
-        try checkNotNull(value, T.self, codingPath)
+    static func floatingPoint<T: BinaryFloatingPoint>(_ value: PropertyListValue, _ codingPath: @autoclosure () -> [any CodingKey]) throws -> T {
+        try checkNotNull(value, T.self, codingPath())
         switch value {
         case .real(let real):
             if real.isNaN { return .nan }
             guard let result = T(exactly: real) else {
-                throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "Property list number <\(real)> does not fit in \(T.self)."))
+                throw DecodingError.dataCorrupted(.init(codingPath: codingPath(), debugDescription: "Property list number <\(real)> does not fit in \(T.self)."))
             }
             return result
         case .integer(let integer): return T(integer)
         case .unsignedInteger(let integer): return T(integer)
-        default: throw mismatch(T.self, value, codingPath)
+        default: throw mismatch(T.self, value, codingPath())
         }
     }
 
-    static func mismatch(_ type: Any.Type, _ value: PropertyListValue, _ codingPath: [any CodingKey]) -> DecodingError {
-        .typeMismatch(type, .init(codingPath: codingPath, debugDescription: "Expected to decode \(type) but found \(kind(of: value)) instead."))
+    static func mismatch(_ type: Any.Type, _ value: PropertyListValue, _ codingPath: @autoclosure () -> [any CodingKey]) -> DecodingError {
+        .typeMismatch(type, .init(codingPath: codingPath(), debugDescription: "Expected to decode \(type) but found \(kind(of: value)) instead."))
     }
 
     static func kind(of value: PropertyListValue) -> String {
@@ -261,11 +268,11 @@ private struct UnkeyedContainer: UnkeyedDecodingContainer {
     private var currentPath: [any CodingKey] { codingPath + [PayloadCodingKey(intValue: currentIndex)] }
 
     /// The next value, decoded by `body`; the index moves on only when `body` succeeds.
-    private mutating func next<T>(_ type: T.Type, _ body: (PropertyListValue, [any CodingKey]) throws -> T) throws -> T {
+    private mutating func next<T>(_ type: T.Type, _ body: (PropertyListValue, () -> [any CodingKey]) throws -> T) throws -> T {
         guard !isAtEnd else {
             throw DecodingError.valueNotFound(type, .init(codingPath: currentPath, debugDescription: "Unkeyed container is at end."))
         }
-        let result = try body(array[currentIndex], currentPath)
+        let result = try body(array[currentIndex], { currentPath })
         currentIndex += 1
         return result
     }
@@ -279,34 +286,57 @@ private struct UnkeyedContainer: UnkeyedDecodingContainer {
         return true
     }
 
-    mutating func decode(_ type: Bool.Type) throws -> Bool { try next(type, ValueDecoder.bool) }
-    mutating func decode(_ type: String.Type) throws -> String { try next(type, ValueDecoder.string) }
-    mutating func decode(_ type: Double.Type) throws -> Double { try next(type, ValueDecoder.floatingPoint) }
-    mutating func decode(_ type: Float.Type) throws -> Float { try next(type, ValueDecoder.floatingPoint) }
-    mutating func decode(_ type: Int.Type) throws -> Int { try next(type, ValueDecoder.integer) }
-    mutating func decode(_ type: Int8.Type) throws -> Int8 { try next(type, ValueDecoder.integer) }
-    mutating func decode(_ type: Int16.Type) throws -> Int16 { try next(type, ValueDecoder.integer) }
-    mutating func decode(_ type: Int32.Type) throws -> Int32 { try next(type, ValueDecoder.integer) }
-    mutating func decode(_ type: Int64.Type) throws -> Int64 { try next(type, ValueDecoder.integer) }
-    mutating func decode(_ type: UInt.Type) throws -> UInt { try next(type, ValueDecoder.integer) }
-    mutating func decode(_ type: UInt8.Type) throws -> UInt8 { try next(type, ValueDecoder.integer) }
-    mutating func decode(_ type: UInt16.Type) throws -> UInt16 { try next(type, ValueDecoder.integer) }
-    mutating func decode(_ type: UInt32.Type) throws -> UInt32 { try next(type, ValueDecoder.integer) }
-    mutating func decode(_ type: UInt64.Type) throws -> UInt64 { try next(type, ValueDecoder.integer) }
+    mutating func decode(_ type: Bool.Type) throws -> Bool { try next(type) { try ValueDecoder.bool($0, $1()) } }
+    mutating func decode(_ type: String.Type) throws -> String { try next(type) { try ValueDecoder.string($0, $1()) } }
+    mutating func decode(_ type: Double.Type) throws -> Double { try next(type) { try ValueDecoder.floatingPoint($0, $1()) } }
+    mutating func decode(_ type: Float.Type) throws -> Float { try next(type) { try ValueDecoder.floatingPoint($0, $1()) } }
+    mutating func decode(_ type: Int.Type) throws -> Int { try next(type) { try ValueDecoder.integer($0, $1()) } }
+    mutating func decode(_ type: Int8.Type) throws -> Int8 { try next(type) { try ValueDecoder.integer($0, $1()) } }
+    mutating func decode(_ type: Int16.Type) throws -> Int16 { try next(type) { try ValueDecoder.integer($0, $1()) } }
+    mutating func decode(_ type: Int32.Type) throws -> Int32 { try next(type) { try ValueDecoder.integer($0, $1()) } }
+    mutating func decode(_ type: Int64.Type) throws -> Int64 { try next(type) { try ValueDecoder.integer($0, $1()) } }
+    mutating func decode(_ type: UInt.Type) throws -> UInt { try next(type) { try ValueDecoder.integer($0, $1()) } }
+    mutating func decode(_ type: UInt8.Type) throws -> UInt8 { try next(type) { try ValueDecoder.integer($0, $1()) } }
+    mutating func decode(_ type: UInt16.Type) throws -> UInt16 { try next(type) { try ValueDecoder.integer($0, $1()) } }
+    mutating func decode(_ type: UInt32.Type) throws -> UInt32 { try next(type) { try ValueDecoder.integer($0, $1()) } }
+    mutating func decode(_ type: UInt64.Type) throws -> UInt64 { try next(type) { try ValueDecoder.integer($0, $1()) } }
 
     mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
-        try next(type) { value, path in try ValueDecoder(value: value, codingPath: path).unwrap(type) }
+        try next(type) { value, path in try ValueDecoder(value: value, codingPath: path()).unwrap(type) }
     }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
-        try next(KeyedDecodingContainer<NestedKey>.self) { value, path in try ValueDecoder(value: value, codingPath: path).container(keyedBy: type) }
+        try next(KeyedDecodingContainer<NestedKey>.self) { value, path in try ValueDecoder(value: value, codingPath: path()).container(keyedBy: type) }
     }
 
     mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
-        try next((any UnkeyedDecodingContainer).self) { value, path in try ValueDecoder(value: value, codingPath: path).unkeyedContainer() }
+        try next((any UnkeyedDecodingContainer).self) { value, path in try ValueDecoder(value: value, codingPath: path()).unkeyedContainer() }
     }
 
     mutating func superDecoder() throws -> any Decoder {
-        try next((any Decoder).self) { value, path in ValueDecoder(value: value, codingPath: path) }
+        try next((any Decoder).self) { value, path in ValueDecoder(value: value, codingPath: path()) }
+    }
+}
+
+/// A dictionary with `String` keys: decoded straight from the property list's dictionary, each
+/// value as `Dictionary.init(from:)` decodes it (`decode(Value.self, forKey:)`), but without a
+/// keyed container, its coding keys and the generic lookups they cost.
+private protocol StringKeyedDictionary {
+    init(decoding dictionary: [String: PropertyListValue], codingPath: [any CodingKey]) throws
+}
+
+extension Dictionary: StringKeyedDictionary where Key == String, Value: Decodable {
+    fileprivate init(decoding dictionary: [String: PropertyListValue], codingPath: [any CodingKey]) throws {
+        self.init(minimumCapacity: dictionary.count)
+        if Value.self == String.self {
+            // The common case, without a decoder for each value.
+            for (key, value) in dictionary {
+                self[key] = (try ValueDecoder.string(value, codingPath + [PayloadCodingKey(stringValue: key)]) as! Value)
+            }
+            return
+        }
+        for (key, value) in dictionary {
+            self[key] = try ValueDecoder(value: value, codingPath: codingPath + [PayloadCodingKey(stringValue: key)]).unwrap(Value.self)
+        }
     }
 }
