@@ -60,6 +60,30 @@ extension RecordFormat {
         }
     }
 
+    /// What building a record's operation reads of it again: its identifier, type and payload.
+    package struct PayloadFields: Equatable, Sendable {
+        package var id: UUID
+        package var typeIdentifier: String
+        package var payload: Data
+    }
+
+    /// The identifier, type and payload of the record file `file`, read without decoding the
+    /// rest of it, or nil when they cannot be read that way (the caller decodes the record in
+    /// full, which reports what is wrong). The record's checksum is verified unless
+    /// `checksumVerified` says a frame's checksum covering it was (see ``decode(_:maximumSize:checksumVerified:)``).
+    package static func payloadFields(of file: Data, checksumVerified: Bool) -> PayloadFields? {
+        file.withUnsafeBytes { raw -> PayloadFields? in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            guard bytes.count > headerSize + 8 + 32, bytes.prefix(magic.count).elementsEqual(magic) else { return nil }
+            let version = Int(read(bytes, 8, 2) ?? 0)
+            guard OperationRecord.readableFormatVersions.contains(version), read(bytes, 10, 2) == 0,
+                  read(bytes, 12, 4) == UInt64(bytes.count - headerSize) else { return nil }
+            let body = UnsafeBufferPointer(rebasing: bytes[headerSize...])
+            guard checksumVerified || read(bytes, 16, 4) == UInt64(CRC32.checksum(of: body)) else { return nil }
+            return PropertyListPeek(body).payloadFields()
+        }
+    }
+
     fileprivate static func read(_ bytes: UnsafeBufferPointer<UInt8>, _ offset: Int, _ width: Int) -> UInt64? {
         guard offset >= 0, width >= 1, width <= 8, offset <= bytes.count - width else { return nil }
         return bytes.bigEndianValue(at: offset, width: width)
@@ -149,6 +173,55 @@ private struct PropertyListPeek {
             id: id, enqueueSequence: sequence, priority: priority, typeIdentifier: typeIdentifier, attemptsInFlight: attemptsInFlight,
             dueDate: due.map(Date.init(timeIntervalSinceReferenceDate:)), isPeriodic: isPeriodic, idempotencyKey: idempotencyKey
         )
+    }
+
+    func payloadFields() -> RecordFormat.PayloadFields? {
+        guard let (offset, count, references, referenceSize) = topDictionary() else { return nil }
+        var id: UUID?
+        var typeIdentifier: String?
+        var payload: Data?
+        for index in 0..<count {
+            guard let keyReference = read(references + index * referenceSize, referenceSize),
+                  let valueReference = read(references + (count + index) * referenceSize, referenceSize),
+                  let keyOffset = offset(keyReference), let key = asciiString(at: keyOffset) else { return nil }
+            switch key {
+            case "id":
+                // (A key twice, or anything unexpected: the full decode says what is wrong.)
+                guard id == nil, let valueOffset = offset(valueReference) else { return nil }
+                id = identifier(at: valueOffset)
+            case "typeIdentifier":
+                // A type identifier that is not ASCII is read by the full decode.
+                guard typeIdentifier == nil, let valueOffset = offset(valueReference) else { return nil }
+                typeIdentifier = asciiString(at: valueOffset)
+            case "payload":
+                guard payload == nil, let valueOffset = offset(valueReference), let (length, start) = container(at: valueOffset, marker: 0x40),
+                      start + length <= bytes.count else { return nil }
+                payload = Data(UnsafeBufferPointer(rebasing: bytes[start..<(start + length)]))
+            default:
+                continue
+            }
+        }
+        guard let id, let typeIdentifier, let payload else { return nil }
+        return RecordFormat.PayloadFields(id: id, typeIdentifier: typeIdentifier, payload: payload)
+    }
+
+    /// The top object as a dictionary: a function that finds an object's offset, the number of
+    /// its entries, where its references start and their width.
+    private func topDictionary() -> (offset: (UInt64) -> Int?, count: Int, references: Int, referenceSize: Int)? {
+        guard bytes.count >= 8 + 32, bytes.prefix(8).elementsEqual("bplist00".utf8) else { return nil }
+        let trailer = bytes.count - 32
+        guard let offsetSize = read(trailer + 6, 1).map(Int.init), let referenceSize = read(trailer + 7, 1).map(Int.init),
+              let objectCount = read(trailer + 8, 8), let top = read(trailer + 16, 8), let table = read(trailer + 24, 8),
+              (1...8).contains(offsetSize), (1...8).contains(referenceSize), top < objectCount,
+              objectCount <= UInt64(bytes.count), table <= UInt64(trailer) else { return nil }
+        let offset = { (object: UInt64) -> Int? in
+            guard object < objectCount else { return nil }
+            let position = Int(table) + Int(object) * offsetSize
+            guard position + offsetSize <= trailer, let offset = read(position, offsetSize), offset < table else { return nil }
+            return Int(offset)
+        }
+        guard let dictionary = offset(top), let (count, references) = container(at: dictionary, marker: 0xD0) else { return nil }
+        return (offset, count, references, referenceSize)
     }
 
     private func read(_ offset: Int, _ width: Int) -> UInt64? {

@@ -140,7 +140,7 @@ extension PersistentOperationQueue {
         var failure = "the operation could not be rebuilt from its record"
         do {
             if record.payload.isEmpty {
-                let stored = try store.readPending(id: id)
+                let stored = try store.readPendingPayload(id: id)
                 guard stored.typeIdentifier == record.typeIdentifier else {
                     throw PersistenceError(.corruptRecord, "the record's type changed on disk to \"\(stored.typeIdentifier)\"")
                 }

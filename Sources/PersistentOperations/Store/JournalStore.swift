@@ -304,6 +304,25 @@ package final class JournalStore: Sendable {
         try read(id: id, in: .pending)
     }
 
+    /// The type and payload of the pending record `id`, for building its operation: its bytes
+    /// read and verified as ``readPending(id:)`` reads them, without decoding its other fields.
+    package func readPendingPayload(id: String) throws -> (typeIdentifier: String, payload: Data) {
+        guard let uuid = Self.uuid(id) else { throw notFound(id, in: .pending) }
+        let found: (JournalIndex.Location, JournalSegmentFile)? = state.withLock { state in
+            guard let entry = state.index.entries[uuid], entry.area == .pending,
+                  let file = state.segments[entry.location.segment] else { return nil }
+            return (entry.location, file)
+        }
+        guard let (location, file) = found else { throw notFound(id, in: .pending) }
+        let bytes = try recordBytes(at: location, in: file)
+        if bytes.count <= configuration.maximumRecordSize,
+           let fields = RecordFormat.payloadFields(of: bytes, checksumVerified: location.isFrame), fields.id == uuid {
+            return (fields.typeIdentifier, fields.payload)
+        }
+        let record = try RecordFormat.decode(bytes, maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame)
+        return (record.typeIdentifier, record.payload)
+    }
+
     /// The failed record `id`; see ``readPending(id:)``.
     package func readFailed(id: String) throws -> OperationRecord {
         try read(id: id, in: .failed)

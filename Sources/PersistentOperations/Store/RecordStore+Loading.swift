@@ -114,6 +114,21 @@ extension RecordStore {
         }
     }
 
+    /// The type and payload of one pending record, read again for building its operation:
+    /// verified like a load, without decoding the record's other fields when it is in the
+    /// journal (see ``readPending(id:)`` for what it throws).
+    package func readPendingPayload(id: String) throws -> (typeIdentifier: String, payload: Data) {
+        if let (journal, filesToo) = try readableJournal() {
+            do {
+                return try journal.readPendingPayload(id: id)
+            } catch let error as PersistenceError where error.code == .recordNotFound && filesToo {
+                // A read-only store of a store not completely migrated: the earlier layout's.
+            }
+        }
+        let record = try readPending(id: id)
+        return (record.typeIdentifier, record.payload)
+    }
+
     /// Reads one pending record again, verified like a load.
     ///
     /// - Throws: ``PersistenceError/Code/recordNotFound`` when there is no such record, or

@@ -1,0 +1,118 @@
+import CrashHarness
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+/// Building an operation reads its record's type and payload again, without decoding the
+/// record's other fields (they were decoded when it was restored).
+@Suite(.timeLimit(.minutes(2)))
+struct PayloadFieldsTests {
+    static func expected(_ record: OperationRecord) -> RecordFormat.PayloadFields {
+        .init(id: RecordIdentifier.uuid(record.id)!, typeIdentifier: record.typeIdentifier, payload: record.payload)
+    }
+
+    @Test(arguments: ["v1-minimal.record", "v1-full.record", "v1-failed.record", "v2-dependent.record", "v2-failed-dependent.record", "v3-expiring.record", "v4-periodic.record", "v5-defaults.record", "v5-full.record"])
+    func theFieldsOfEveryGoldenRecordAreThoseOfItsFullDecode(name: String) throws {
+        let file = try Data(contentsOf: GoldenFileTests.fixtureURL(name))
+        let record = try RecordFormat.decode(file)
+        #expect(RecordFormat.payloadFields(of: file, checksumVerified: false) == Self.expected(record))
+    }
+
+    @Test func recordsOfEveryVersionAndPayloadSizeReadTheSameAsTheFullDecode() throws {
+        for index in 0..<40 {
+            var record = try IndexFieldsTests.makeDatedRecord(index: index)
+            // Payloads of 0 to 70,000 bytes: every form of a data object's length
+            record.payload = Data((0..<[0, 1, 14, 15, 16, 255, 256, 65_535, 70_000][index % 9]).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+            record.tags = index % 2 == 0 ? ["t\(index)", "payload"] : []
+            for version in [record.requiredFormatVersion, OperationRecord.currentFormatVersion] {
+                let file = try RecordFormat.encode(record, maximumSize: 1 << 20, formatVersion: version)
+                #expect(RecordFormat.payloadFields(of: file, checksumVerified: false) == Self.expected(record), "\(index), version \(version)")
+            }
+        }
+    }
+
+    @Test func aChecksumMismatchIsLeftToTheFullDecodeUnlessTheFrameWasVerified() throws {
+        let record = try makeRecord(index: 1)
+        var bytes = [UInt8](try RecordFormat.encode(record))
+        bytes[16] ^= 0xFF
+        let file = Data(bytes)
+        #expect(RecordFormat.payloadFields(of: file, checksumVerified: false) == nil)
+        #expect(throws: PersistenceError.self) { try RecordFormat.decode(file) }
+        // (A frame's checksum covers a whole record's bytes: the caller verified them.)
+        #expect(RecordFormat.payloadFields(of: file, checksumVerified: true) == Self.expected(record))
+    }
+
+    @Test func damagedBytesNeverCrashAndNeverReadAsAnotherPayload() async throws {
+        let outcome = try await onDedicatedThread { try Self.readDamagedRecords() }
+        for (index, fields, full) in outcome.compared {
+            #expect(fields == full, "case \(index)")
+        }
+        #expect(outcome.read > 0 && outcome.agreed > 0)
+    }
+
+    /// Reads the payload fields of 20,000 randomly damaged record bodies (as a verified frame
+    /// gives them: no checksum); returns how many read, how many also read in full, and both.
+    static func readDamagedRecords() throws -> (read: Int, agreed: Int, compared: [(index: Int, fields: RecordFormat.PayloadFields, full: RecordFormat.PayloadFields)]) {
+        var random = SeededGenerator(seed: 2727)
+        let records = try (0..<20).map { index in
+            var record = try IndexFieldsTests.makeDatedRecord(index: index)
+            record.payload = Data((0..<(index * 7)).map { UInt8(truncatingIfNeeded: $0) })
+            return record
+        }
+        var read = 0, agreed = 0
+        var compared: [(index: Int, fields: RecordFormat.PayloadFields, full: RecordFormat.PayloadFields)] = []
+        for index in 0..<20_000 {
+            let record = records[index % records.count]
+            var bytes = [UInt8](try RecordFormat.encode(record))
+            switch index % 3 {
+            case 0:
+                for _ in 0..<Int.random(in: 1...4, using: &random) {
+                    bytes[Int.random(in: 0..<bytes.count, using: &random)] ^= UInt8(1) << UInt8.random(in: 0...7, using: &random)
+                }
+            case 1:
+                bytes.removeLast(Int.random(in: 1..<bytes.count, using: &random))
+            default:
+                let start = Int.random(in: 0..<bytes.count, using: &random)
+                for position in start..<min(bytes.count, start + Int.random(in: 1...16, using: &random)) {
+                    bytes[position] = UInt8.random(in: 0...255, using: &random)
+                }
+            }
+            // When only the payload fields are read (a trap here ends the test run)
+            let file = Data(bytes)
+            guard let fields = RecordFormat.payloadFields(of: file, checksumVerified: true) else { continue }
+            read += 1
+            // And whether the body also reads as a record in full
+            if let full = try? RecordFormat.decode(file, checksumVerified: true) {
+                compared.append((index, fields, Self.expected(full)))
+                agreed += 1
+            }
+        }
+        print("payload fields: \(read) of 20,000 damaged records read, \(agreed) also read in full and agreed")
+        return (read, agreed, compared)
+    }
+
+    @Test func theJournalReadsThePayloadOfRecordsPutAloneAndInBatches() throws {
+        // Given a journal with a record put alone, the members of a batch, and a record rewritten
+        let directory = try TemporaryDirectory()
+        let store = try JournalStore(directory: directory.store)
+        defer { store.close() }
+        var alone = try makeRecord(index: 1, sequence: 1)
+        try store.add(alone)
+        let batch = try (2...4).map { try makeRecord(index: $0, sequence: UInt64($0)) }
+        try store.addBatch(batch)
+        alone.numberOfRetries = 3
+        try store.update(alone)
+        // When each is read for building, and in full
+        for record in [alone] + batch {
+            let payload = try store.readPendingPayload(id: record.id)
+            let full = try store.readPending(id: record.id)
+            // Then the type and payload are those of the full read
+            #expect(payload.typeIdentifier == full.typeIdentifier && payload.payload == full.payload)
+            #expect(payload.payload == record.payload)
+        }
+        // And a record that is not pending is not found
+        try store.removePending(id: alone.id)
+        #expect(throws: PersistenceError.self) { _ = try store.readPendingPayload(id: alone.id) }
+        #expect(throws: PersistenceError.self) { _ = try store.readPendingPayload(id: "not-an-identifier") }
+    }
+}
