@@ -57,8 +57,12 @@ struct EntryTableTests {
                 // Remove
                 #expect(table.removeValue(forKey: id)?.kills == reference.removeValue(forKey: id))
             case 2:
-                // Change in place, through the subscript
-                table[id]?.kills += 1
+                // Change in place, through the subscript or withEntry
+                if step % 2 == 0 {
+                    table[id]?.kills += 1
+                } else {
+                    #expect((table.withEntry(id) { $0.kills += 1 } != nil) == (reference[id] != nil))
+                }
                 if reference[id] != nil { reference[id]! += 1 }
             case 3:
                 // Set nil removes

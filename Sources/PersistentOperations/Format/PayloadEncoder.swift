@@ -123,16 +123,20 @@ private final class ValueEncoder: Encoder, SingleValueEncodingContainer {
             slot = .value(.date(date))
         } else if let data = value as? Data {
             slot = .value(.data(data))
+        } else if let dictionary = value as? any StringKeyedEncodableDictionary {
+            slot = .value(try dictionary.propertyListValue(codingPath: codingPath))
         } else {
             try value.encode(to: self)
         }
     }
 
-    /// The slot of `value`, encoded by an encoder of its own at `codingPath`.
-    static func slot<T: Encodable>(of value: T, codingPath: [any CodingKey]) throws -> Slot {
+    /// The slot of `value`, encoded by an encoder of its own at `codingPath` (built only when
+    /// one is needed).
+    static func slot<T: Encodable>(of value: T, codingPath: @autoclosure () -> [any CodingKey]) throws -> Slot {
         if let date = value as? Date { return .value(.date(date)) }
         if let data = value as? Data { return .value(.data(data)) }
-        let encoder = ValueEncoder(codingPath: codingPath)
+        if let dictionary = value as? any StringKeyedEncodableDictionary { return .value(try dictionary.propertyListValue(codingPath: codingPath())) }
+        let encoder = ValueEncoder(codingPath: codingPath())
         try value.encode(to: encoder)
         return encoder.slot ?? .dictionary(DictionaryStorage())
     }
@@ -238,5 +242,28 @@ private struct UnkeyedContainer: UnkeyedEncodingContainer {
         let encoder = ValueEncoder(codingPath: nextPath)
         storage.elements.append(.encoder(encoder))
         return encoder
+    }
+}
+
+/// A dictionary with `String` keys: encoded straight into the property list's dictionary, each
+/// value as `Dictionary.encode(to:)` encodes it (`encode(value, forKey:)`), but without a keyed
+/// container and its coding keys.
+private protocol StringKeyedEncodableDictionary {
+    func propertyListValue(codingPath: [any CodingKey]) throws -> PropertyListValue
+}
+
+extension Dictionary: StringKeyedEncodableDictionary where Key == String, Value: Encodable {
+    fileprivate func propertyListValue(codingPath: [any CodingKey]) throws -> PropertyListValue {
+        var entries: [String: PropertyListValue] = [:]
+        entries.reserveCapacity(count)
+        if Value.self == String.self {
+            // The common case, without an encoder for each value.
+            for (key, value) in unsafeBitCast(self, to: [String: String].self) { entries[key] = .string(value) }
+            return .dictionary(entries)
+        }
+        for (key, value) in self {
+            entries[key] = try ValueEncoder.slot(of: value, codingPath: codingPath + [PayloadCodingKey(stringValue: key)]).resolved
+        }
+        return .dictionary(entries)
     }
 }

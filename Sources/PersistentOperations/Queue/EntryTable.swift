@@ -45,9 +45,13 @@ extension PersistentOperationQueue {
         /// (`table[id]?.kills += 1`) changes it in place: the entry is not copied out and
         /// back, nor its identifier hashed twice.
         subscript(id: String) -> Entry? {
-            get {
-                guard let position = positions[id] else { return nil }
-                return storage[position]
+            // Read in place: `table[id]?.phase` copies the phase, not the entry.
+            _read {
+                if let position = positions[id] {
+                    yield storage[position]
+                } else {
+                    yield nil
+                }
             }
             set {
                 if let newValue {
@@ -71,6 +75,12 @@ extension PersistentOperationQueue {
                 }
                 yield &storage[position]
             }
+        }
+
+        /// Runs `body` on the entry of `id` in place, if there is one; returns what it returns.
+        mutating func withEntry<Result>(_ id: String, _ body: (inout Entry) throws -> Result) rethrows -> Result? {
+            guard let position = positions[id] else { return nil }
+            return try body(&storage[position]!)
         }
 
         /// Sets the entry of `id`; returns the entry it replaced, if any.

@@ -34,15 +34,15 @@ extension PersistentOperationQueue {
     func parkIfWaiting(_ ids: [String]) {
         state.withLock { state in
             for id in ids {
-                guard var entry = state.entries[id], let operation = entry.operation,
-                      !entry.hasStarted, !entry.isCancelRequested, entry.ending == nil else { continue }
-                switch entry.phase {
-                case .scheduled(.some), .ready, .blocked, .waitingForConditions:
-                    entry.parkedOperation = operation
-                    entry.operation = nil
-                    state.entries[id] = entry
-                case .scheduled(nil), .queued, .running, .waitingToRetry:
-                    continue
+                state.entries.withEntry(id) { entry in
+                    guard let operation = entry.operation, !entry.hasStarted, !entry.isCancelRequested, entry.ending == nil else { return }
+                    switch entry.phase {
+                    case .scheduled(.some), .ready, .blocked, .waitingForConditions:
+                        entry.parkedOperation = operation
+                        entry.operation = nil
+                    case .scheduled(nil), .queued, .running, .waitingToRetry:
+                        return
+                    }
                 }
             }
         }
