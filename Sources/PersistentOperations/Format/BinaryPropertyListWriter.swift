@@ -68,18 +68,19 @@ package enum BinaryPropertyListWriter {
                 }
                 for element in elements { append(element) }
             case .dictionary(let entries):
-                let keys = entries.keys.sorted()
-                appendMarker(0xD0, count: entries.count, to: &output)
-                for position in keys.indices {
+                // Sorted as pairs: no key is looked up again.
+                let pairs = entries.sorted { $0.key < $1.key }
+                appendMarker(0xD0, count: pairs.count, to: &output)
+                for position in pairs.indices {
                     appendBigEndian(UInt64(index + 1 + position), width: referenceSize, to: &output)
                 }
-                var next = index + 1 + keys.count
-                for key in keys {
+                var next = index + 1 + pairs.count
+                for pair in pairs {
                     appendBigEndian(UInt64(next), width: referenceSize, to: &output)
-                    next += count(entries[key]!)
+                    next += count(pair.value)
                 }
-                for key in keys { appendScalarObject(.string(key)) }
-                for key in keys { append(entries[key]!) }
+                for pair in pairs { appendScalarObject(.string(pair.key)) }
+                for pair in pairs { append(pair.value) }
             default:
                 appendScalar(value)
             }

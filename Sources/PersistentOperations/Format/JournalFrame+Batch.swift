@@ -25,9 +25,7 @@ extension JournalFrame {
         var body = Data(header)
         body.reserveCapacity(4 + parts.reduce(0) { $0 + 4 + $1.count })
         for part in parts {
-            var length: [UInt8] = []
-            length.appendBigEndian(UInt64(part.count), width: 4)
-            body.append(contentsOf: length)
+            withUnsafeBytes(of: UInt32(part.count).bigEndian) { body.append(contentsOf: $0) }
             body.append(part)
         }
         return JournalFrame(kind: .batch, body: body)

@@ -82,12 +82,17 @@ package enum RecordFormat {
                 "The record of type \"\(record.typeIdentifier)\" needs \(size) bytes, more than the maximum record size of \(maximumSize) bytes. Store large data in a file of your own and put its location in the payload, or raise the maximum record size."
             )
         }
+        // The header built whole, then one append of the body (byte by byte appends to a
+        // `Data` cost more than the rest of the header).
+        var header = magic
+        header.reserveCapacity(headerSize)
+        for (value, width) in [(UInt64(record.formatVersion), 2), (0, 2), (UInt64(body.count), 4), (UInt64(CRC32.checksum(of: body)), 4)] {
+            for shift in stride(from: (width - 1) * 8, through: 0, by: -8) {
+                header.append(UInt8(truncatingIfNeeded: value >> UInt64(shift)))
+            }
+        }
         var file = Data(capacity: size)
-        file.append(contentsOf: magic)
-        appendBigEndian(UInt64(record.formatVersion), width: 2, to: &file)
-        appendBigEndian(0, width: 2, to: &file)
-        appendBigEndian(UInt64(body.count), width: 4, to: &file)
-        appendBigEndian(UInt64(CRC32.checksum(of: body)), width: 4, to: &file)
+        file.append(contentsOf: header)
         file.append(body)
         // What is stored must read back the same: prove it now rather than at the next launch.
         // The bytes of a property list read back exactly by construction (every string, date
@@ -258,12 +263,6 @@ package enum RecordFormat {
 
     private static func corrupt(_ reason: String) -> PersistenceError {
         PersistenceError(.corruptRecord, "The record file is corrupt (\(reason)); it cannot be read.")
-    }
-
-    private static func appendBigEndian(_ value: UInt64, width: Int, to data: inout Data) {
-        for shift in stride(from: (width - 1) * 8, through: 0, by: -8) {
-            data.append(UInt8(truncatingIfNeeded: value >> UInt64(shift)))
-        }
     }
 
     private static func readBigEndian(_ data: Data, at offset: Int, width: Int) -> UInt64 {
