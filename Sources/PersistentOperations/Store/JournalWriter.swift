@@ -235,8 +235,12 @@ package final class JournalWriter: @unchecked Sendable {
     private func fillAheadIfNeeded(for count: Int) {
         guard fillAhead > 0, end + Int64(count) > allocated else { return }
         let target = (end + Int64(count) + Int64(fillAhead) + 4095) / 4096 * 4096
+        // Zeros from where the frame will end: the frame's own bytes are about to be written,
+        // and until they are, the file reads as zeros there (a file extended by a write past
+        // its end reads as zeros up to it). A large frame is not written twice.
+        let from = max(allocated, end + Int64(count))
         do {
-            try writeWhole(Data(count: Int(target - allocated)), at: allocated)
+            try writeWhole(Data(count: Int(target - from)), at: from)
             allocated = target
         } catch {
             // Whatever was filled reads as unused space; the frame goes at the end.
