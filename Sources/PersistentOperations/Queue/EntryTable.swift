@@ -85,7 +85,7 @@ extension PersistentOperationQueue {
 
         /// Sets the entry of `id`; returns the entry it replaced, if any.
         @discardableResult
-        mutating func updateValue(_ entry: Entry, forKey id: String) -> Entry? {
+        mutating func updateValue(_ entry: consuming Entry, forKey id: String) -> Entry? {
             // One hashing of the identifier for an entry added (the common case).
             if let position = positions.updateValue(storage.count, forKey: id) {
                 positions[id] = position

@@ -81,7 +81,8 @@ extension PersistentOperationQueue {
     /// waits, and how many members are ahead of it.
     @discardableResult
     func joinLane(_ id: String, in state: inout State) -> (waits: Bool, ahead: Int) {
-        guard var entry = state.entries[id], let name = entry.record.lane else { return (false, 0) }
+        // (Most entries are in no lane: only the lane's name is read, not the entry copied.)
+        guard let name = state.entries[id]?.record.lane, let sequence = state.entries[id]?.record.enqueueSequence else { return (false, 0) }
         // Taken out of the table while it changes, so that its members are not copied.
         var lane = state.lanes.removeValue(forKey: name) ?? Lane()
         defer { state.lanes[name] = lane }
@@ -99,12 +100,13 @@ extension PersistentOperationQueue {
             return (false, 0)
         }
         let ahead = lane.waitingCount + (lane.current == nil ? 0 : 1)
-        lane.insert(Lane.Member(id: id, sequence: entry.record.enqueueSequence))
+        lane.insert(Lane.Member(id: id, sequence: sequence))
         lane.waitingCount += 1
         if lane.holder != nil { state.heldLaneWaiters += 1 }
-        entry.waitsForLane = true
-        entry.phase = .blocked
-        state.entries[id] = entry
+        state.entries.withEntry(id) { entry in
+            entry.waitsForLane = true
+            entry.phase = .blocked
+        }
         return (true, ahead)
     }
 

@@ -24,7 +24,7 @@ extension PersistentOperationQueue {
                 record.payload = Data()
                 var entry = Entry(record: record, operation: item.operation, attemptsInFlight: 0)
                 entry.operationKey = ObjectIdentifier(item.operation)
-                state.entries[item.record.id] = entry
+                state.entries.updateValue(entry, forKey: item.record.id)
                 state.idsByOperation[ObjectIdentifier(item.operation)] = item.record.id
                 if let batch = item.record.batchID { state.batchMembers[batch, default: 0] += 1 }
             }
@@ -64,7 +64,7 @@ extension PersistentOperationQueue {
             entry.hasSuspectFile = true
         }
         state.withLock { state in
-            state.entries[record.id] = entry
+            state.entries.updateValue(entry, forKey: record.id)
             if let batch = record.batchID { state.batchMembers[batch, default: 0] += 1 }
             // A series that ended a period and has not started the next: idle until that is due.
             if record.isBetweenPeriods, interrupted == 0 {
