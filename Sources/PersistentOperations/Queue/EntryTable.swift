@@ -33,8 +33,9 @@ extension PersistentOperationQueue {
         var isEmpty: Bool { storage.isEmpty }
         /// The identifiers of the entries, in the order of ``values``.
         var keys: [String] { identifiers }
-        /// The entries, in the order of ``keys``.
-        var values: [Entry] { storage.map { $0! } }
+        /// The entries, in the order of ``keys``: a view of the table, not a copy of its
+        /// entries (a million of them take 240 MB).
+        var values: LazyMapSequence<[Entry?], Entry> { storage.lazy.map { $0! } }
 
         /// An entry of the table, as a dictionary's `first`: no particular one.
         var first: (key: String, value: Entry)? {
