@@ -190,13 +190,16 @@ extension PersistentOperationQueue {
             let lanes = Set(entries.compactMap(\.record.lane))
             return (entries, graph, lanes.isEmpty ? [:] : lanePositions(of: lanes, in: state))
         }
+        // The payloads of the operations to build, read together (a restore leaves many).
+        let unbuilt = entries.filter { $0.operation == nil && $0.parkedOperation == nil && $0.record.payload.isEmpty }.map(\.record.id)
+        let payloads = unbuilt.count > 1 ? store.readPendingPayloads(ids: unbuilt) : [:]
         return entries
             .sorted { inEnqueueOrder ? $0.record.enqueueSequence < $1.record.enqueueSequence : OperationRecord.runsBefore($0.record, $1.record) }
             .compactMap { entry in
                 let record = entry.record
                 // A restored operation not built yet is built now; one that cannot be is
                 // quarantined and left out.
-                guard let operation = entry.operation ?? operation(for: record.id) else { return nil }
+                guard let operation = entry.operation ?? operation(for: record.id, prefetched: payloads[record.id]) else { return nil }
                 var info = PersistentOperationInfo(
                     id: PersistentOperationID(record: record.id),
                     typeIdentifier: record.typeIdentifier,

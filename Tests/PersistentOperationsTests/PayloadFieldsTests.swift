@@ -115,4 +115,47 @@ struct PayloadFieldsTests {
         #expect(throws: PersistenceError.self) { _ = try store.readPendingPayload(id: alone.id) }
         #expect(throws: PersistenceError.self) { _ = try store.readPendingPayload(id: "not-an-identifier") }
     }
+
+    @Test func manyPayloadsReadTogetherAreThoseReadOneAtATime() throws {
+        // Given a journal with records put alone, in batches, rewritten, removed and failed,
+        // in two segments (a small segment size)
+        let directory = try TemporaryDirectory()
+        let store = try JournalStore(directory: directory.store, configuration: .init(segmentSize: 16 << 10))
+        defer { store.close() }
+        var records: [OperationRecord] = []
+        for index in 0..<30 {
+            var record = try makeRecord(index: index, sequence: UInt64(index + 1))
+            record.payload = Data((0..<(index * 37 % 500)).map { UInt8(truncatingIfNeeded: $0 &+ index) })
+            records.append(record)
+        }
+        for record in records[0..<10] { try store.add(record) }
+        try store.addBatch(Array(records[10..<25]))
+        for record in records[25...] { try store.add(record) }
+        var rewritten = records[3]
+        rewritten.numberOfRetries = 2
+        try store.update(rewritten)
+        try store.removePending(id: records[5].id)
+        _ = try store.moveToFailed(records[12], reason: "test")
+        // When they are read together, with identifiers that are not pending or not identifiers
+        let ids = records.map(\.id) + ["not-an-identifier", UUID().uuidString]
+        let together = store.readPendingPayloads(ids: ids)
+        // Then each is what reading it alone gives: the same payload, or an error for the same ids
+        #expect(Set(together.keys) == Set(ids))
+        for id in ids {
+            let alone = Result { try store.readPendingPayload(id: id) }
+            switch (together[id], alone) {
+            case (.success(let a)?, .success(let b)):
+                #expect(a.typeIdentifier == b.typeIdentifier && a.payload == b.payload, "\(id)")
+            case (.failure?, .failure):
+                break
+            default:
+                Issue.record("\(id): together \(String(describing: together[id])), alone \(alone)")
+            }
+        }
+        let failures = ids.filter { if case .failure? = together[$0] { return true } else { return false } }
+        #expect(Set(failures) == [records[5].id, records[12].id, "not-an-identifier", ids.last!])
+        for record in records where record.id != records[5].id && record.id != records[12].id {
+            #expect((try? together[record.id]?.get())?.payload == record.payload)
+        }
+    }
 }

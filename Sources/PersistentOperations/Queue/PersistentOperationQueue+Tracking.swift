@@ -127,6 +127,12 @@ extension PersistentOperationQueue {
     /// the record is then quarantined, the event emitted, its dependents fail, and the entry
     /// is forgotten.
     func operation(for id: String) -> Operation? {
+        operation(for: id, prefetched: nil)
+    }
+
+    /// ``operation(for:)``, with the record's type and payload read already (``RecordStore/readPendingPayloads(ids:)``),
+    /// or `nil` to read them here.
+    func operation(for id: String, prefetched: Result<(typeIdentifier: String, payload: Data), any Error>?) -> Operation? {
         let found = state.withLock { state -> (operation: Operation?, entry: Entry?, type: RegisteredType?) in
             guard let entry = state.entries[id] else { return (nil, nil, nil) }
             if let operation = entry.operation { return (operation, nil, nil) }
@@ -140,7 +146,8 @@ extension PersistentOperationQueue {
         var failure = "the operation could not be rebuilt from its record"
         do {
             if record.payload.isEmpty {
-                let stored = try store.readPendingPayload(id: id)
+                // (A prefetch that failed is not trusted: read again, now.)
+                let stored = try (try? prefetched?.get()) ?? store.readPendingPayload(id: id)
                 guard stored.typeIdentifier == record.typeIdentifier else {
                     throw PersistenceError(.corruptRecord, "the record's type changed on disk to \"\(stored.typeIdentifier)\"")
                 }

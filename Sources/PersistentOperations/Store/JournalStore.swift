@@ -323,6 +323,67 @@ package final class JournalStore: Sendable {
         return (record.typeIdentifier, record.payload)
     }
 
+    /// The types and payloads of the pending records `ids`, as ``readPendingPayload(id:)``
+    /// reads each, for building many operations at once: records that lie close together in a
+    /// segment are read with one read (up to ``readWindow`` bytes). A record that is not
+    /// pending, or cannot be read, gets the error ``readPendingPayload(id:)`` would throw.
+    package func readPendingPayloads(ids: [String]) -> [String: Result<(typeIdentifier: String, payload: Data), any Error>] {
+        var results: [String: Result<(typeIdentifier: String, payload: Data), any Error>] = [:]
+        results.reserveCapacity(ids.count)
+        func readAlone(_ id: String) {
+            results[id] = Result { try readPendingPayload(id: id) }
+        }
+        var located = state.withLock { state in
+            ids.compactMap { id -> (id: String, uuid: UUID, location: JournalIndex.Location, file: JournalSegmentFile)? in
+                guard let uuid = Self.uuid(id), let entry = state.index.entries[uuid], entry.area == .pending,
+                      let file = state.segments[entry.location.segment] else { return nil }
+                return (id, uuid, entry.location, file)
+            }
+        }
+        // The others are not pending (or not readable as such): each says why.
+        let found = Set(located.map(\.id))
+        for id in ids where !found.contains(id) { readAlone(id) }
+        located.sort { ($0.location.segment, $0.location.offset) < ($1.location.segment, $1.location.offset) }
+        var first = 0
+        while first < located.count {
+            let start = located[first].location.offset
+            var end = first + 1
+            // Neighbours only: a window never reads more than a page between two records.
+            while end < located.count, located[end].location.segment == located[first].location.segment,
+                  located[end].location.offset - (located[end - 1].location.offset + Int64(located[end - 1].location.length)) <= 4096,
+                  located[end].location.offset + Int64(located[end].location.length) - start <= Int64(Self.readWindow) {
+                end += 1
+            }
+            defer { first = end }
+            let window = located[first..<end]
+            guard window.count > 1, let last = window.last,
+                  let bytes = try? window.first!.file.read(count: Int(last.location.offset - start) + Int(last.location.length), at: start) else {
+                for record in window { readAlone(record.id) }
+                continue
+            }
+            // Still where they were listed, once read? (One rewritten or compacted meanwhile is
+            // read where it is now, alone.)
+            let current = state.withLock { state in window.map { state.index.entries[$0.uuid].flatMap { $0.area == .pending ? $0.location : nil } } }
+            for (record, location) in zip(window, current) {
+                guard location == record.location else {
+                    readAlone(record.id)
+                    continue
+                }
+                let from = bytes.startIndex + Int(record.location.offset - start)
+                results[record.id] = Result {
+                    let recordBytes = Data(try self.recordBytes(record.location, in: record.file, from: bytes[from..<(from + Int(record.location.length))]))
+                    if recordBytes.count <= configuration.maximumRecordSize,
+                       let fields = RecordFormat.payloadFields(of: recordBytes, checksumVerified: record.location.isFrame), fields.id == record.uuid {
+                        return (fields.typeIdentifier, fields.payload)
+                    }
+                    let full = try RecordFormat.decode(recordBytes, maximumSize: configuration.maximumRecordSize, checksumVerified: record.location.isFrame)
+                    return (full.typeIdentifier, full.payload)
+                }
+            }
+        }
+        return results
+    }
+
     /// The failed record `id`; see ``readPending(id:)``.
     package func readFailed(id: String) throws -> OperationRecord {
         try read(id: id, in: .failed)

@@ -129,6 +129,17 @@ extension RecordStore {
         return (record.typeIdentifier, record.payload)
     }
 
+    /// The types and payloads of many pending records, as ``readPendingPayload(id:)`` reads
+    /// each: those of the journal read together where they lie close.
+    package func readPendingPayloads(ids: [String]) -> [String: Result<(typeIdentifier: String, payload: Data), any Error>] {
+        if let (journal, filesToo) = try? readableJournal(), !filesToo {
+            return journal.readPendingPayloads(ids: ids)
+        }
+        var results: [String: Result<(typeIdentifier: String, payload: Data), any Error>] = [:]
+        for id in ids { results[id] = Result { try readPendingPayload(id: id) } }
+        return results
+    }
+
     /// Reads one pending record again, verified like a load.
     ///
     /// - Throws: ``PersistenceError/Code/recordNotFound`` when there is no such record, or
