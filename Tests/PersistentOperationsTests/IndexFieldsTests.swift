@@ -73,6 +73,26 @@ struct IndexFieldsTests {
         #expect(outcome.read > 0 && outcome.agreed > 0)
     }
 
+    /// `file` damaged at random, by the kind of damage case `index` takes in turn: bit flips,
+    /// truncation, or an overwritten run of bytes.
+    static func damaged(_ file: Data, case index: Int, using random: inout SeededGenerator) -> [UInt8] {
+        var bytes = [UInt8](file)
+        switch index % 3 {
+        case 0:
+            for _ in 0..<Int.random(in: 1...4, using: &random) {
+                bytes[Int.random(in: 0..<bytes.count, using: &random)] ^= UInt8(1) << UInt8.random(in: 0...7, using: &random)
+            }
+        case 1:
+            bytes.removeLast(Int.random(in: 1..<bytes.count, using: &random))
+        default:
+            let start = Int.random(in: 0..<bytes.count, using: &random)
+            for position in start..<min(bytes.count, start + Int.random(in: 1...16, using: &random)) {
+                bytes[position] = UInt8.random(in: 0...255, using: &random)
+            }
+        }
+        return bytes
+    }
+
     /// Reads the index fields of 20,000 randomly damaged record files; returns how many read,
     /// how many of those also read in full, and, for each of them, the fields both ways.
     static func readDamagedRecords() throws -> (read: Int, agreed: Int, compared: [(index: Int, fields: RecordFormat.IndexFields, full: RecordFormat.IndexFields)]) {
@@ -83,20 +103,7 @@ struct IndexFieldsTests {
         var compared: [(index: Int, fields: RecordFormat.IndexFields, full: RecordFormat.IndexFields)] = []
         for index in 0..<20_000 {
             let record = records[index % records.count]
-            var bytes = [UInt8](try RecordFormat.encode(record))
-            switch index % 3 {
-            case 0:
-                for _ in 0..<Int.random(in: 1...4, using: &random) {
-                    bytes[Int.random(in: 0..<bytes.count, using: &random)] ^= UInt8(1) << UInt8.random(in: 0...7, using: &random)
-                }
-            case 1:
-                bytes.removeLast(Int.random(in: 1..<bytes.count, using: &random))
-            default:
-                let start = Int.random(in: 0..<bytes.count, using: &random)
-                for position in start..<min(bytes.count, start + Int.random(in: 1...16, using: &random)) {
-                    bytes[position] = UInt8.random(in: 0...255, using: &random)
-                }
-            }
+            let bytes = Self.damaged(try RecordFormat.encode(record), case: index, using: &random)
             // When only the index fields are read (a trap here ends the test run)
             let file = Data(bytes)
             guard let fields = RecordFormat.indexFields(of: file) else { continue }

@@ -99,19 +99,8 @@ private struct PropertyListPeek {
     }
 
     func indexFields(version: Int) -> RecordFormat.IndexFields? {
-        guard bytes.count >= 8 + 32, bytes.prefix(8).elementsEqual("bplist00".utf8) else { return nil }
-        let trailer = bytes.count - 32
-        guard let offsetSize = read(trailer + 6, 1).map(Int.init), let referenceSize = read(trailer + 7, 1).map(Int.init),
-              let objectCount = read(trailer + 8, 8), let top = read(trailer + 16, 8), let table = read(trailer + 24, 8),
-              (1...8).contains(offsetSize), (1...8).contains(referenceSize), top < objectCount,
-              objectCount <= UInt64(bytes.count), table <= UInt64(trailer) else { return nil }
-        func offset(of object: UInt64) -> Int? {
-            guard object < objectCount else { return nil }
-            let position = Int(table) + Int(object) * offsetSize
-            guard position + offsetSize <= trailer, let offset = read(position, offsetSize), offset < table else { return nil }
-            return Int(offset)
-        }
-        guard let dictionary = offset(of: top), let (count, references) = container(at: dictionary, marker: 0xD0) else { return nil }
+        guard let top = topDictionary() else { return nil }
+        let (count, references, referenceSize) = (top.count, top.references, top.referenceSize)
         var id: UUID?
         var sequence: UInt64?
         var priority: Int?
@@ -125,36 +114,36 @@ private struct PropertyListPeek {
         for index in 0..<count {
             guard let keyReference = read(references + index * referenceSize, referenceSize),
                   let valueReference = read(references + (count + index) * referenceSize, referenceSize),
-                  let keyOffset = offset(of: keyReference), let key = asciiString(at: keyOffset) else { return nil }
+                  let keyOffset = top.offset(keyReference), let key = asciiString(at: keyOffset) else { return nil }
             switch key {
             case "id":
-                guard let valueOffset = offset(of: valueReference) else { return nil }
+                guard let valueOffset = top.offset(valueReference) else { return nil }
                 id = identifier(at: valueOffset)
             case "enqueueSequence":
-                guard let valueOffset = offset(of: valueReference) else { return nil }
+                guard let valueOffset = top.offset(valueReference) else { return nil }
                 sequence = unsignedInteger(at: valueOffset)
             case "priority":
-                guard let valueOffset = offset(of: valueReference), let value = signedInteger(at: valueOffset) else { return nil }
+                guard let valueOffset = top.offset(valueReference), let value = signedInteger(at: valueOffset) else { return nil }
                 priority = Int(exactly: value)
             case "formatVersion":
-                guard let valueOffset = offset(of: valueReference), let value = signedInteger(at: valueOffset) else { return nil }
+                guard let valueOffset = top.offset(valueReference), let value = signedInteger(at: valueOffset) else { return nil }
                 formatVersion = Int(exactly: value)
             case "typeIdentifier":
                 // A type identifier that is not ASCII is read by the full decode.
-                guard let valueOffset = offset(of: valueReference) else { return nil }
+                guard let valueOffset = top.offset(valueReference) else { return nil }
                 typeIdentifier = asciiString(at: valueOffset)
             case "attemptsInFlight":
-                guard let valueOffset = offset(of: valueReference), let value = signedInteger(at: valueOffset) else { return nil }
+                guard let valueOffset = top.offset(valueReference), let value = signedInteger(at: valueOffset) else { return nil }
                 attemptsInFlight = Int(exactly: value)
             case "notBefore":
-                guard let valueOffset = offset(of: valueReference), let value = date(at: valueOffset) else { return nil }
+                guard let valueOffset = top.offset(valueReference), let value = date(at: valueOffset) else { return nil }
                 notBefore = value
             case "nextAttemptAt":
-                guard let valueOffset = offset(of: valueReference), let value = date(at: valueOffset) else { return nil }
+                guard let valueOffset = top.offset(valueReference), let value = date(at: valueOffset) else { return nil }
                 nextAttemptAt = value
             case "idempotencyKey":
                 // A key that is not ASCII, or longer than 256 bytes, is read by the full decode.
-                guard let valueOffset = offset(of: valueReference), let value = asciiString(at: valueOffset) else { return nil }
+                guard let valueOffset = top.offset(valueReference), let value = asciiString(at: valueOffset) else { return nil }
                 idempotencyKey = value
             case "repeatInterval":
                 // Read from version 4 on (an earlier record's field is ignored, as the decoder does).
@@ -176,25 +165,26 @@ private struct PropertyListPeek {
     }
 
     func payloadFields() -> RecordFormat.PayloadFields? {
-        guard let (offset, count, references, referenceSize) = topDictionary() else { return nil }
+        guard let top = topDictionary() else { return nil }
+        let (count, references, referenceSize) = (top.count, top.references, top.referenceSize)
         var id: UUID?
         var typeIdentifier: String?
         var payload: Data?
         for index in 0..<count {
             guard let keyReference = read(references + index * referenceSize, referenceSize),
                   let valueReference = read(references + (count + index) * referenceSize, referenceSize),
-                  let keyOffset = offset(keyReference), let key = asciiString(at: keyOffset) else { return nil }
+                  let keyOffset = top.offset(keyReference), let key = asciiString(at: keyOffset) else { return nil }
             switch key {
             case "id":
                 // (A key twice, or anything unexpected: the full decode says what is wrong.)
-                guard id == nil, let valueOffset = offset(valueReference) else { return nil }
+                guard id == nil, let valueOffset = top.offset(valueReference) else { return nil }
                 id = identifier(at: valueOffset)
             case "typeIdentifier":
                 // A type identifier that is not ASCII is read by the full decode.
-                guard typeIdentifier == nil, let valueOffset = offset(valueReference) else { return nil }
+                guard typeIdentifier == nil, let valueOffset = top.offset(valueReference) else { return nil }
                 typeIdentifier = asciiString(at: valueOffset)
             case "payload":
-                guard payload == nil, let valueOffset = offset(valueReference), let (length, start) = container(at: valueOffset, marker: 0x40),
+                guard payload == nil, let valueOffset = top.offset(valueReference), let (length, start) = container(at: valueOffset, marker: 0x40),
                       start + length <= bytes.count else { return nil }
                 payload = Data(UnsafeBufferPointer(rebasing: bytes[start..<(start + length)]))
             default:
@@ -205,26 +195,42 @@ private struct PropertyListPeek {
         return RecordFormat.PayloadFields(id: id, typeIdentifier: typeIdentifier, payload: payload)
     }
 
-    /// The top object as a dictionary: a function that finds an object's offset, the number of
-    /// its entries, where its references start and their width.
-    private func topDictionary() -> (offset: (UInt64) -> Int?, count: Int, references: Int, referenceSize: Int)? {
+    /// The top object of the property list, a dictionary: how to find an object, the number
+    /// of its entries, where its references start and their width.
+    private struct TopDictionary {
+        let peek: PropertyListPeek
+        let objectCount: UInt64
+        let table: UInt64
+        let offsetSize: Int
+        let trailer: Int
+        var count = 0
+        var references = 0
+        let referenceSize: Int
+
+        /// Where object `object` starts, when the offset table says so within bounds.
+        func offset(_ object: UInt64) -> Int? {
+            guard object < objectCount else { return nil }
+            let position = Int(table) + Int(object) * offsetSize
+            guard position + offsetSize <= trailer, let offset = peek.read(position, offsetSize), offset < table else { return nil }
+            return Int(offset)
+        }
+    }
+
+    private func topDictionary() -> TopDictionary? {
         guard bytes.count >= 8 + 32, bytes.prefix(8).elementsEqual("bplist00".utf8) else { return nil }
         let trailer = bytes.count - 32
         guard let offsetSize = read(trailer + 6, 1).map(Int.init), let referenceSize = read(trailer + 7, 1).map(Int.init),
               let objectCount = read(trailer + 8, 8), let top = read(trailer + 16, 8), let table = read(trailer + 24, 8),
               (1...8).contains(offsetSize), (1...8).contains(referenceSize), top < objectCount,
               objectCount <= UInt64(bytes.count), table <= UInt64(trailer) else { return nil }
-        let offset = { (object: UInt64) -> Int? in
-            guard object < objectCount else { return nil }
-            let position = Int(table) + Int(object) * offsetSize
-            guard position + offsetSize <= trailer, let offset = read(position, offsetSize), offset < table else { return nil }
-            return Int(offset)
-        }
-        guard let dictionary = offset(top), let (count, references) = container(at: dictionary, marker: 0xD0) else { return nil }
-        return (offset, count, references, referenceSize)
+        var dictionary = TopDictionary(peek: self, objectCount: objectCount, table: table, offsetSize: offsetSize, trailer: trailer, referenceSize: referenceSize)
+        guard let start = dictionary.offset(top), let (count, references) = container(at: start, marker: 0xD0) else { return nil }
+        dictionary.count = count
+        dictionary.references = references
+        return dictionary
     }
 
-    private func read(_ offset: Int, _ width: Int) -> UInt64? {
+    fileprivate func read(_ offset: Int, _ width: Int) -> UInt64? {
         RecordFormat.read(bytes, offset, width)
     }
 

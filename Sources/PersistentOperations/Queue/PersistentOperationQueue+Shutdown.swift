@@ -81,6 +81,9 @@ extension PersistentOperationQueue {
             return report
         }
         log(.info, "shutting down: no attempt starts; \(gracePeriod) s for the attempts in flight to end")
+        // The attempts in flight as the shutdown begins (none starts from now on): one that ends
+        // while the queue is being suspended ended in the grace period too.
+        let inFlight = Set(runningAttempts().map(\.id))
         // 1. Nothing new starts: bounded runs end (leaving their attempts alone), the queue is
         //    suspended, and a restore in progress finishes first.
         let active = runs.withLock { Array($0.values) }
@@ -91,7 +94,6 @@ extension PersistentOperationQueue {
         graphLock.unlock()
 
         // 2. The attempts in flight end by themselves, or the grace period passes.
-        let inFlight = Set(runningAttempts().map(\.id))
         // (An infinite or very long grace period waits until they have all ended; NaN counts as 0.)
         let graceEnd: DispatchTime = gracePeriod > 1e9 ? .distantFuture : started + (gracePeriod > 0 ? gracePeriod : 0)
         while !runningAttempts().isEmpty, DispatchTime.now() < graceEnd {
