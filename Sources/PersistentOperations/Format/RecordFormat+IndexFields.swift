@@ -100,7 +100,6 @@ private struct PropertyListPeek {
 
     func indexFields(version: Int) -> RecordFormat.IndexFields? {
         guard let top = topDictionary() else { return nil }
-        let (count, references, referenceSize) = (top.count, top.references, top.referenceSize)
         var id: UUID?
         var sequence: UInt64?
         var priority: Int?
@@ -111,39 +110,34 @@ private struct PropertyListPeek {
         var nextAttemptAt: Double?
         var isPeriodic = false
         var idempotencyKey: String?
-        for index in 0..<count {
-            guard let keyReference = read(references + index * referenceSize, referenceSize),
-                  let valueReference = read(references + (count + index) * referenceSize, referenceSize),
-                  let keyOffset = top.offset(keyReference), let key = asciiString(at: keyOffset) else { return nil }
+        for index in 0..<top.count {
+            guard let (key, valueOffset) = top.entry(index) else { return nil }
             switch key {
             case "id":
-                guard let valueOffset = top.offset(valueReference) else { return nil }
                 id = identifier(at: valueOffset)
             case "enqueueSequence":
-                guard let valueOffset = top.offset(valueReference) else { return nil }
                 sequence = unsignedInteger(at: valueOffset)
             case "priority":
-                guard let valueOffset = top.offset(valueReference), let value = signedInteger(at: valueOffset) else { return nil }
+                guard let value = signedInteger(at: valueOffset) else { return nil }
                 priority = Int(exactly: value)
             case "formatVersion":
-                guard let valueOffset = top.offset(valueReference), let value = signedInteger(at: valueOffset) else { return nil }
+                guard let value = signedInteger(at: valueOffset) else { return nil }
                 formatVersion = Int(exactly: value)
             case "typeIdentifier":
                 // A type identifier that is not ASCII is read by the full decode.
-                guard let valueOffset = top.offset(valueReference) else { return nil }
                 typeIdentifier = asciiString(at: valueOffset)
             case "attemptsInFlight":
-                guard let valueOffset = top.offset(valueReference), let value = signedInteger(at: valueOffset) else { return nil }
+                guard let value = signedInteger(at: valueOffset) else { return nil }
                 attemptsInFlight = Int(exactly: value)
             case "notBefore":
-                guard let valueOffset = top.offset(valueReference), let value = date(at: valueOffset) else { return nil }
+                guard let value = date(at: valueOffset) else { return nil }
                 notBefore = value
             case "nextAttemptAt":
-                guard let valueOffset = top.offset(valueReference), let value = date(at: valueOffset) else { return nil }
+                guard let value = date(at: valueOffset) else { return nil }
                 nextAttemptAt = value
             case "idempotencyKey":
                 // A key that is not ASCII, or longer than 256 bytes, is read by the full decode.
-                guard let valueOffset = top.offset(valueReference), let value = asciiString(at: valueOffset) else { return nil }
+                guard let value = asciiString(at: valueOffset) else { return nil }
                 idempotencyKey = value
             case "repeatInterval":
                 // Read from version 4 on (an earlier record's field is ignored, as the decoder does).
@@ -166,25 +160,22 @@ private struct PropertyListPeek {
 
     func payloadFields() -> RecordFormat.PayloadFields? {
         guard let top = topDictionary() else { return nil }
-        let (count, references, referenceSize) = (top.count, top.references, top.referenceSize)
         var id: UUID?
         var typeIdentifier: String?
         var payload: Data?
-        for index in 0..<count {
-            guard let keyReference = read(references + index * referenceSize, referenceSize),
-                  let valueReference = read(references + (count + index) * referenceSize, referenceSize),
-                  let keyOffset = top.offset(keyReference), let key = asciiString(at: keyOffset) else { return nil }
+        for index in 0..<top.count {
+            guard let (key, valueOffset) = top.entry(index) else { return nil }
             switch key {
             case "id":
                 // (A key twice, or anything unexpected: the full decode says what is wrong.)
-                guard id == nil, let valueOffset = top.offset(valueReference) else { return nil }
+                guard id == nil else { return nil }
                 id = identifier(at: valueOffset)
             case "typeIdentifier":
                 // A type identifier that is not ASCII is read by the full decode.
-                guard typeIdentifier == nil, let valueOffset = top.offset(valueReference) else { return nil }
+                guard typeIdentifier == nil else { return nil }
                 typeIdentifier = asciiString(at: valueOffset)
             case "payload":
-                guard payload == nil, let valueOffset = top.offset(valueReference), let (length, start) = container(at: valueOffset, marker: 0x40),
+                guard payload == nil, let (length, start) = container(at: valueOffset, marker: 0x40),
                       start + length <= bytes.count else { return nil }
                 payload = Data(UnsafeBufferPointer(rebasing: bytes[start..<(start + length)]))
             default:
@@ -206,6 +197,16 @@ private struct PropertyListPeek {
         var count = 0
         var references = 0
         let referenceSize: Int
+
+        /// The key of entry `index` (ASCII, as every key of a record is) and where its value
+        /// starts, when both are within bounds.
+        func entry(_ index: Int) -> (key: String, valueOffset: Int)? {
+            guard let keyReference = peek.read(references + index * referenceSize, referenceSize),
+                  let valueReference = peek.read(references + (count + index) * referenceSize, referenceSize),
+                  let keyOffset = offset(keyReference), let key = peek.asciiString(at: keyOffset),
+                  let valueOffset = offset(valueReference) else { return nil }
+            return (key, valueOffset)
+        }
 
         /// Where object `object` starts, when the offset table says so within bounds.
         func offset(_ object: UInt64) -> Int? {
