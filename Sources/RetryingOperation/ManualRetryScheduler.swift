@@ -38,6 +38,9 @@ public final class ManualRetryScheduler: RetryScheduler, @unchecked Sendable {
         var nextID: UInt64 = 0
         var totalScheduled = 0
         var waiters: [Waiter] = []
+        var nextWaiterID: UInt64 = 0
+        /// Waits whose task was cancelled before they were registered.
+        var cancelledWaiters: Set<UInt64> = []
 
         /// Removes and returns the waiters whose condition now holds.
         mutating func takeSatisfiedWaiters() -> [CheckedContinuation<Void, Never>] {
@@ -49,6 +52,7 @@ public final class ManualRetryScheduler: RetryScheduler, @unchecked Sendable {
     }
 
     private struct Waiter: Sendable {
+        let id: UInt64
         /// Pending retries to wait for, or `nil`.
         let pending: Int?
         /// Retries ever scheduled to wait for, or `nil`.
@@ -134,9 +138,11 @@ public final class ManualRetryScheduler: RetryScheduler, @unchecked Sendable {
         return true
     }
 
-    /// Suspends, without blocking a thread, until at least `count` retries are pending.
+    /// Suspends, without blocking a thread, until at least `count` retries are pending, or
+    /// until its task is cancelled (then it returns whether or not they are).
     ///
-    /// Bound the wait with your test framework's time limit.
+    /// Bound the wait with your test framework's time limit: a test that reaches it is
+    /// cancelled, and so is the wait.
     ///
     /// ```swift
     /// queue.addOperation(upload)
@@ -149,7 +155,7 @@ public final class ManualRetryScheduler: RetryScheduler, @unchecked Sendable {
 
     /// Suspends, without blocking a thread, until at least `count` retries have ever been
     /// scheduled (cancelled ones included) — for waits that replace a pending retry, such
-    /// as ``RetryingOperation/retry(in:)``.
+    /// as ``RetryingOperation/retry(in:)`` — or until its task is cancelled.
     ///
     /// ```swift
     /// operation.retry(in: 5)                                   // replaces the 1-hour wait
@@ -161,15 +167,33 @@ public final class ManualRetryScheduler: RetryScheduler, @unchecked Sendable {
     }
 
     private func wait(pending: Int?, total: Int?) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let waiter = Waiter(pending: pending, total: total, continuation: continuation)
-            let isSatisfied = state.withLock { state -> Bool in
-                if waiter.isSatisfied(by: state) { return true }
-                state.waiters.append(waiter)
-                return false
-            }
-            if isSatisfied { continuation.resume() }
+        let id = state.withLock { state -> UInt64 in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
         }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let waiter = Waiter(id: id, pending: pending, total: total, continuation: continuation)
+                let resumesNow = state.withLock { state -> Bool in
+                    if waiter.isSatisfied(by: state) || state.cancelledWaiters.contains(id) { return true }
+                    state.waiters.append(waiter)
+                    return false
+                }
+                if resumesNow { continuation.resume() }
+            }
+        } onCancel: {
+            // A cancelled wait returns: a test's time limit ends it instead of leaving it
+            // suspended for good.
+            let continuation = state.withLock { state -> CheckedContinuation<Void, Never>? in
+                guard let index = state.waiters.firstIndex(where: { $0.id == id }) else {
+                    state.cancelledWaiters.insert(id)   // not registered yet
+                    return nil
+                }
+                return state.waiters.remove(at: index).continuation
+            }
+            continuation?.resume()
+        }
+        state.withLock { _ = $0.cancelledWaiters.remove(id) }
     }
 
     /// Blocks the calling thread, without polling, until at least `count` retries are
