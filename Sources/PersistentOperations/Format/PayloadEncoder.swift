@@ -119,23 +119,26 @@ private final class ValueEncoder: Encoder, SingleValueEncodingContainer {
     /// Encodes `value` into this encoder: `Date` and `Data` as the property list's own
     /// objects, anything else through its `encode(to:)`.
     func encodeGeneric<T: Encodable>(_ value: T) throws {
-        if let date = value as? Date {
-            slot = .value(.date(date))
-        } else if let data = value as? Data {
-            slot = .value(.data(data))
-        } else if let dictionary = value as? any StringKeyedEncodableDictionary {
-            slot = .value(try dictionary.propertyListValue(codingPath: codingPath))
+        if let direct = try Self.directValue(of: value, codingPath: codingPath) {
+            slot = .value(direct)
         } else {
             try value.encode(to: self)
         }
     }
 
+    /// The property-list value of `value` when it is written without its `encode(to:)`: a
+    /// `Date`, `Data`, or a dictionary with `String` keys; `nil` for anything else.
+    private static func directValue<T: Encodable>(of value: T, codingPath: @autoclosure () -> [any CodingKey]) throws -> PropertyListValue? {
+        if let date = value as? Date { return .date(date) }
+        if let data = value as? Data { return .data(data) }
+        if let dictionary = value as? any StringKeyedEncodableDictionary { return try dictionary.propertyListValue(codingPath: codingPath()) }
+        return nil
+    }
+
     /// The slot of `value`, encoded by an encoder of its own at `codingPath` (built only when
     /// one is needed).
     static func slot<T: Encodable>(of value: T, codingPath: @autoclosure () -> [any CodingKey]) throws -> Slot {
-        if let date = value as? Date { return .value(.date(date)) }
-        if let data = value as? Data { return .value(.data(data)) }
-        if let dictionary = value as? any StringKeyedEncodableDictionary { return .value(try dictionary.propertyListValue(codingPath: codingPath())) }
+        if let direct = try directValue(of: value, codingPath: codingPath()) { return .value(direct) }
         let encoder = ValueEncoder(codingPath: codingPath())
         try value.encode(to: encoder)
         return encoder.slot ?? .dictionary(DictionaryStorage())

@@ -86,11 +86,10 @@ package enum RecordFormat {
         // `Data` cost more than the rest of the header).
         var header = magic
         header.reserveCapacity(headerSize)
-        for (value, width) in [(UInt64(record.formatVersion), 2), (0, 2), (UInt64(body.count), 4), (UInt64(CRC32.checksum(of: body)), 4)] {
-            for shift in stride(from: (width - 1) * 8, through: 0, by: -8) {
-                header.append(UInt8(truncatingIfNeeded: value >> UInt64(shift)))
-            }
-        }
+        header.appendBigEndian(UInt64(record.formatVersion), width: 2)
+        header.appendBigEndian(0, width: 2)
+        header.appendBigEndian(UInt64(body.count), width: 4)
+        header.appendBigEndian(UInt64(CRC32.checksum(of: body)), width: 4)
         var file = Data(capacity: size)
         file.append(contentsOf: header)
         file.append(body)
