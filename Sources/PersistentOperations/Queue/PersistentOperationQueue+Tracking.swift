@@ -126,13 +126,9 @@ extension PersistentOperationQueue {
     /// not decode — a restore does not decode payloads, so this is where a bad one is found):
     /// the record is then quarantined, the event emitted, its dependents fail, and the entry
     /// is forgotten.
-    func operation(for id: String) -> Operation? {
-        operation(for: id, prefetched: nil)
-    }
-
-    /// ``operation(for:)``, with the record's type and payload read already (``RecordStore/readPendingPayloads(ids:)``),
+    /// `prefetched`: the record's type and payload read already (``RecordStore/readPendingPayloads(ids:)``),
     /// or `nil` to read them here.
-    func operation(for id: String, prefetched: Result<(typeIdentifier: String, payload: Data), any Error>?) -> Operation? {
+    func operation(for id: String, prefetched: Result<(typeIdentifier: String, payload: Data), any Error>? = nil) -> Operation? {
         let found = state.withLock { state -> (operation: Operation?, entry: Entry?, type: RegisteredType?) in
             guard let entry = state.entries[id] else { return (nil, nil, nil) }
             if let operation = entry.operation { return (operation, nil, nil) }

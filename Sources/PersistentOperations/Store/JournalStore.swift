@@ -307,14 +307,22 @@ package final class JournalStore: Sendable {
     /// The type and payload of the pending record `id`, for building its operation: its bytes
     /// read and verified as ``readPending(id:)`` reads them, without decoding its other fields.
     package func readPendingPayload(id: String) throws -> (typeIdentifier: String, payload: Data) {
-        guard let uuid = Self.uuid(id) else { throw notFound(id, in: .pending) }
-        let found: (JournalIndex.Location, JournalSegmentFile)? = state.withLock { state in
-            guard let entry = state.index.entries[uuid], entry.area == .pending,
-                  let file = state.segments[entry.location.segment] else { return nil }
-            return (entry.location, file)
+        guard let uuid = Self.uuid(id), let (location, file) = state.withLock({ Self.locate(uuid, in: .pending, $0) }) else {
+            throw notFound(id, in: .pending)
         }
-        guard let (location, file) = found else { throw notFound(id, in: .pending) }
-        let bytes = try recordBytes(at: location, in: file)
+        return try payload(of: recordBytes(at: location, in: file), at: location, id: uuid)
+    }
+
+    /// Where record `uuid` of `area` is, and its segment, in `state`.
+    private static func locate(_ uuid: UUID, in area: JournalIndex.Area, _ state: State) -> (JournalIndex.Location, JournalSegmentFile)? {
+        guard let entry = state.index.entries[uuid], entry.area == area, let file = state.segments[entry.location.segment] else { return nil }
+        return (entry.location, file)
+    }
+
+    /// The type and payload of the record `bytes` read from `location` (see
+    /// ``recordBytes(_:in:from:)``): read directly when they can be, else from the record
+    /// decoded in full, which throws what is wrong with it.
+    private func payload(of bytes: Data, at location: JournalIndex.Location, id uuid: UUID) throws -> (typeIdentifier: String, payload: Data) {
         if bytes.count <= configuration.maximumRecordSize,
            let fields = RecordFormat.payloadFields(of: bytes, checksumVerified: location.isFrame), fields.id == uuid {
             return (fields.typeIdentifier, fields.payload)
@@ -335,9 +343,8 @@ package final class JournalStore: Sendable {
         }
         var located = state.withLock { state in
             ids.compactMap { id -> (id: String, uuid: UUID, location: JournalIndex.Location, file: JournalSegmentFile)? in
-                guard let uuid = Self.uuid(id), let entry = state.index.entries[uuid], entry.area == .pending,
-                      let file = state.segments[entry.location.segment] else { return nil }
-                return (id, uuid, entry.location, file)
+                guard let uuid = Self.uuid(id), let (location, file) = Self.locate(uuid, in: .pending, state) else { return nil }
+                return (id, uuid, location, file)
             }
         }
         // The others are not pending (or not readable as such): each says why.
@@ -372,12 +379,7 @@ package final class JournalStore: Sendable {
                 let from = bytes.startIndex + Int(record.location.offset - start)
                 results[record.id] = Result {
                     let recordBytes = Data(try self.recordBytes(record.location, in: record.file, from: bytes[from..<(from + Int(record.location.length))]))
-                    if recordBytes.count <= configuration.maximumRecordSize,
-                       let fields = RecordFormat.payloadFields(of: recordBytes, checksumVerified: record.location.isFrame), fields.id == record.uuid {
-                        return (fields.typeIdentifier, fields.payload)
-                    }
-                    let full = try RecordFormat.decode(recordBytes, maximumSize: configuration.maximumRecordSize, checksumVerified: record.location.isFrame)
-                    return (full.typeIdentifier, full.payload)
+                    return try payload(of: recordBytes, at: record.location, id: record.uuid)
                 }
             }
         }
@@ -578,12 +580,7 @@ package final class JournalStore: Sendable {
     }
 
     private func read(uuid: UUID, in area: JournalIndex.Area) throws -> OperationRecord {
-        let found: (JournalIndex.Location, JournalSegmentFile)? = state.withLock { state in
-            guard let entry = state.index.entries[uuid], entry.area == area,
-                  let file = state.segments[entry.location.segment] else { return nil }
-            return (entry.location, file)
-        }
-        guard let (location, file) = found else { throw notFound(uuid.uuidString, in: area) }
+        guard let (location, file) = state.withLock({ Self.locate(uuid, in: area, $0) }) else { throw notFound(uuid.uuidString, in: area) }
         return try RecordFormat.decode(
             recordBytes(at: location, in: file), maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame
         )
