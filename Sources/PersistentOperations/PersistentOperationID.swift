@@ -12,7 +12,10 @@ import Foundation
 /// ```
 public struct PersistentOperationID: Hashable, Sendable, Codable, CustomStringConvertible {
     /// The identifier as stored: an uppercase UUID string.
-    public let rawValue: String
+    public var rawValue: String { key.string }
+
+    /// The identifier, held without an allocation (a restore of a million reports a million).
+    let key: RecordKey
 
     /// Creates an identifier from text, or `nil` when `rawValue` is not a UUID (for
     /// example, a mistyped command-line argument). Case does not matter: `"6f1c…"` and
@@ -23,12 +26,31 @@ public struct PersistentOperationID: Hashable, Sendable, Codable, CustomStringCo
     /// ```
     public init?(_ rawValue: String) {
         guard let uuid = UUID(uuidString: rawValue) else { return nil }
-        self.rawValue = uuid.uuidString
+        self.key = .uuid(UUIDBits(uuid))
     }
 
     init(record id: String) {
-        self.rawValue = id
+        self.key = RecordKey(id)
+    }
+
+    init(key: RecordKey) {
+        self.key = key
     }
 
     public var description: String { rawValue }
+
+    private enum CodingKeys: String, CodingKey {
+        case rawValue
+    }
+
+    // Encoded as before the identifier was held as a key: `{"rawValue": "6F1C…"}`.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(record: try container.decode(String.self, forKey: .rawValue))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(rawValue, forKey: .rawValue)
+    }
 }

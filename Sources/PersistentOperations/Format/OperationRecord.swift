@@ -519,6 +519,70 @@ package struct OperationRecord: Codable, Sendable, Equatable {
     }
 }
 
+extension OperationRecord {
+    /// A record held without its identifier and payload, in 80 bytes instead of 144 plus the
+    /// identifier's allocation: what the queue keeps of a pending operation that waits its
+    /// turn (see `PersistentOperationQueue.EntryTable`). The fields few records set stay in the
+    /// record's copy-on-write box, shared with the record it was made from.
+    ///
+    /// ```swift
+    /// let record = OperationRecord(typeIdentifier: "com.example.upload", payload: Data(), enqueueSequence: 1)
+    /// let compact = OperationRecord.Compact(record)!        // nil: a payload, or counts past Int32
+    /// compact.record(id: record.id) == record                // true
+    /// ```
+    package struct Compact: Sendable {
+        package let typeIdentifier: String
+        private let extras: Extras?
+        private let priority: Int
+        private let enqueueSequence: UInt64
+        private let enqueuedAt: Double
+        private let notBefore: Double
+        private let nextAttemptAt: Double
+        private let numberOfRetries: Int32
+        private let numberOfAttempts: Int32
+        private let attemptsInFlight: Int32
+        private let formatVersion: UInt8
+        /// Bit 0: ``OperationRecord/notBefore`` is set; bit 1: ``OperationRecord/nextAttemptAt`` is.
+        private let dates: UInt8
+
+        /// The compact form of `record`, or `nil` when it holds a payload or a count or
+        /// version that does not fit (none the queue makes: it is then kept whole).
+        package init?(_ record: OperationRecord) {
+            guard record.payload.isEmpty,
+                  let retries = Int32(exactly: record.numberOfRetries), let attempts = Int32(exactly: record.numberOfAttempts),
+                  let inFlight = Int32(exactly: record.attemptsInFlight), let version = UInt8(exactly: record.formatVersion)
+            else { return nil }
+            typeIdentifier = record.typeIdentifier
+            extras = record.extras
+            priority = record.priority
+            enqueueSequence = record.enqueueSequence
+            enqueuedAt = record.enqueuedAt.timeIntervalSinceReferenceDate
+            notBefore = record.notBefore?.timeIntervalSinceReferenceDate ?? 0
+            nextAttemptAt = record.nextAttemptAt?.timeIntervalSinceReferenceDate ?? 0
+            numberOfRetries = retries
+            numberOfAttempts = attempts
+            attemptsInFlight = inFlight
+            formatVersion = version
+            dates = (record.notBefore == nil ? 0 : 1) | (record.nextAttemptAt == nil ? 0 : 2)
+        }
+
+        /// The record again, with the identifier `id` and no payload.
+        package func record(id: String) -> OperationRecord {
+            var record = OperationRecord(id: id, typeIdentifier: typeIdentifier, payload: Data(), enqueueSequence: enqueueSequence)
+            record.extras = extras
+            record.priority = priority
+            record.enqueuedAt = Date(timeIntervalSinceReferenceDate: enqueuedAt)
+            record.notBefore = dates & 1 == 0 ? nil : Date(timeIntervalSinceReferenceDate: notBefore)
+            record.nextAttemptAt = dates & 2 == 0 ? nil : Date(timeIntervalSinceReferenceDate: nextAttemptAt)
+            record.numberOfRetries = Int(numberOfRetries)
+            record.numberOfAttempts = Int(numberOfAttempts)
+            record.attemptsInFlight = Int(attemptsInFlight)
+            record.formatVersion = Int(formatVersion)
+            return record
+        }
+    }
+}
+
 /// The order in which pending operations run: a higher priority first, then the one
 /// enqueued first. Smaller runs first.
 package struct RunOrder: Comparable, Sendable {

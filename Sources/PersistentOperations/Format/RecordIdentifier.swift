@@ -43,6 +43,11 @@ package enum RecordIdentifier {
     /// The UUID the UTF-8 `text` spells in canonical uppercase form, else `nil`: for a reader
     /// that finds an identifier among other bytes (no `String` made).
     package static func uuid(utf8 text: UnsafeBufferPointer<UInt8>) -> UUID? {
+        bits(utf8: text)?.uuid
+    }
+
+    /// The bits of the UUID the UTF-8 `text` spells in canonical uppercase form, else `nil`.
+    package static func bits(utf8 text: UnsafeBufferPointer<UInt8>) -> UUIDBits? {
         guard text.count == 36, text[8] == dash, text[13] == dash, text[18] == dash, text[23] == dash else { return nil }
         // The 32 digits, 16 into each half, with no allocation (this runs for every record a
         // store opens or reads).
@@ -50,32 +55,30 @@ package enum RecordIdentifier {
         var low: UInt64 = 0
         var invalid: UInt8 = 0
         for index in 0..<18 where index != 8 && index != 13 {
-            let value = hexValues[Int(text[index])]
+            let value = hexValue(text[index])
             invalid |= value
             high = high << 4 | UInt64(value & 0x0F)
         }
         for index in 19..<36 where index != 23 {
-            let value = hexValues[Int(text[index])]
+            let value = hexValue(text[index])
             invalid |= value
             low = low << 4 | UInt64(value & 0x0F)
         }
         guard invalid & 0xF0 == 0 else { return nil }
-        let bigEndian = (high.bigEndian, low.bigEndian)
-        return withUnsafeBytes(of: bigEndian) { raw in
-            UUID(uuid: (raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7],
-                        raw[8], raw[9], raw[10], raw[11], raw[12], raw[13], raw[14], raw[15]))
-        }
+        return UUIDBits(high: high, low: low)
     }
 
     private static let dash = UInt8(ascii: "-")
 
-    /// The value of each byte as an uppercase hexadecimal digit, 0xFF for every other byte.
-    private static let hexValues: [UInt8] = (0...255).map { byte in
-        switch UInt8(byte) {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt8(byte) - UInt8(ascii: "0")
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): UInt8(byte) - UInt8(ascii: "A") + 10
-        default: 0xFF
-        }
+    /// The value of `byte` as an uppercase hexadecimal digit, 0xFF for every other byte.
+    /// (Computed, not looked up in a table: a global table costs a `swift_once` check at every
+    /// call, and this runs for every identifier the queue looks up.)
+    @inline(__always)
+    private static func hexValue(_ byte: UInt8) -> UInt8 {
+        let digit = byte &- UInt8(ascii: "0")
+        if digit < 10 { return digit }
+        let letter = byte &- UInt8(ascii: "A")
+        return letter < 6 ? letter + 10 : 0xFF
     }
 
     /// Whether `id` is a UUID in canonical uppercase form.

@@ -2,15 +2,18 @@ import Foundation
 
 extension PersistentOperationQueue {
     /// The queue's entries by record identifier, as a dictionary would hold them, in less
-    /// memory: the entries sit in one array, and a dictionary maps each identifier to its
+    /// memory: the entries sit in arrays, and a dictionary maps each identifier to its
     /// position.
     ///
-    /// An entry is large (about 460 bytes: its record, its phase and its bookkeeping). A
-    /// dictionary of entries keeps each one in its hash table, whose slots number a power of
-    /// two at most three quarters full: at 100,000 entries that is 262,144 slots of 480 bytes,
-    /// 126 MB. Here only the small position table pays for the empty slots; the entries take
-    /// their own size each. Removing an entry moves the last one into its place, so the order
-    /// of iteration is no order at all, as a dictionary's.
+    /// An entry is large (240 bytes: its record, its phase and its bookkeeping, and its
+    /// identifier's allocation of 80 more). A dictionary of entries keeps each one in its hash
+    /// table, whose slots number a power of two at most three quarters full: at 100,000 entries
+    /// that is 262,144 slots of 256 bytes, 67 MB. Here only the small position table pays for
+    /// the empty slots. And an entry that only waits its turn (see ``Entry/compacted()``: due
+    /// or scheduled, nothing but its record) is kept compact, 96 bytes with its identifier held
+    /// as a UUID, and made whole again when it is read or changed; a backlog of a million takes
+    /// about 110 MB instead of 330. Removing an entry moves the last one of its kind into its
+    /// place, so the order of iteration is no order at all, as a dictionary's.
     ///
     /// ```swift
     /// let record = OperationRecord(typeIdentifier: "com.example.upload", payload: Data([1]), enqueueSequence: 1, enqueuedAt: Date())
@@ -21,37 +24,46 @@ extension PersistentOperationQueue {
     /// table.removeValue(forKey: record.id)              // the entry it held, or nil
     /// ```
     struct EntryTable: Sendable, Sequence {
-        private var positions: [String: Int] = [:]
-        private var identifiers: [String] = []
-        /// The entries, never `nil` between calls: optional so that an entry can be changed in
-        /// place, through the array's own element access (see the subscript's `_modify`).
-        private var storage: [Entry?] = []
+        // Where each entry is: a position in `full` (0, 1, …) or in `compact` (-1, -2, …:
+        // `~position`). Identifiers in canonical form are keyed by their UUID.
+        private var uuidPositions: [UUIDBits: Int32] = [:]
+        private var textPositions: [String: Int32] = [:]
+        /// The whole entries, never `nil` between calls: optional so that an entry can be
+        /// changed in place, through the array's own element access (see the subscript's
+        /// `_modify`).
+        private var full: [Entry?] = []
+        private var fullIDs: [String] = []
+        private var compact: [Entry.Compact] = []
+        private var compactIDs: [UUIDBits] = []
 
         /// How many entries the table holds.
-        var count: Int { storage.count }
+        var count: Int { full.count + compact.count }
         /// Whether the table holds no entry.
-        var isEmpty: Bool { storage.isEmpty }
+        var isEmpty: Bool { full.isEmpty && compact.isEmpty }
+        /// How many of them are held compact.
+        var compactCount: Int { compact.count }
         /// The identifiers of the entries, in the order of ``values``.
-        var keys: [String] { identifiers }
+        var keys: [String] { fullIDs + compactIDs.map(RecordIdentifier.string(of:)) }
         /// The entries, in the order of ``keys``: a view of the table, not a copy of its
-        /// entries (a million of them take 240 MB).
-        var values: LazyMapSequence<[Entry?], Entry> { storage.lazy.map { $0! } }
+        /// entries (a million whole entries take 240 MB).
+        var values: Values { Values(table: self) }
 
         /// An entry of the table, as a dictionary's `first`: no particular one.
         var first: (key: String, value: Entry)? {
-            storage.isEmpty ? nil : (identifiers[0], storage[0]!)
+            var iterator = makeIterator()
+            return iterator.next()
         }
 
         /// The entry of `id`; setting `nil` removes it. Changing a field of an entry
-        /// (`table[id]?.kills += 1`) changes it in place: the entry is not copied out and
+        /// (`table[id]?.kills += 1`) changes it in place: a whole entry is not copied out and
         /// back, nor its identifier hashed twice.
         subscript(id: String) -> Entry? {
             // Read in place: `table[id]?.phase` copies the phase, not the entry.
             _read {
-                if let position = positions[id] {
-                    yield storage[position]
-                } else {
-                    yield nil
+                switch position(of: RecordKey(id)) {
+                case let position? where position >= 0: yield full[Int(position)]
+                case let position?: yield compact[~Int(position)].entry(id: id)
+                case nil: yield nil
                 }
             }
             set {
@@ -62,95 +74,242 @@ extension PersistentOperationQueue {
                 }
             }
             _modify {
-                guard let position = positions[id] else {
+                let key = RecordKey(id)
+                switch position(of: key) {
+                case let position? where position >= 0:
+                    let index = Int(position)
+                    defer { settleFull(at: index, key: key) }
+                    yield &full[index]
+                case let position?:
+                    let index = ~Int(position)
+                    var entry: Entry? = compact[index].entry(id: id)
+                    defer { settleCompact(at: index, id: id, key: key, entry) }
+                    yield &entry
+                case nil:
                     var added: Entry?
                     defer {
-                        if let added { append(added, forKey: id) }
+                        if let added { insert(added, id: id, key: key) }
                     }
                     yield &added
-                    return
                 }
-                defer {
-                    // Set to `nil`: removed.
-                    if storage[position] == nil { removeHole(at: position) }
-                }
-                yield &storage[position]
+            }
+        }
+
+        /// The phase of the entry of `id`, if there is one, without making a compact entry
+        /// whole.
+        func phase(of id: String) -> Entry.Phase? {
+            switch position(of: RecordKey(id)) {
+            case let position? where position >= 0: return full[Int(position)]!.phase
+            case let position?:
+                let entry = compact[~Int(position)]
+                return entry.isReady ? .ready : .scheduled(entry.timerToken)
+            case nil: return nil
             }
         }
 
         /// Runs `body` on the entry of `id` in place, if there is one; returns what it returns.
         mutating func withEntry<Result>(_ id: String, _ body: (inout Entry) throws -> Result) rethrows -> Result? {
-            guard let position = positions[id] else { return nil }
-            return try body(&storage[position]!)
+            let key = RecordKey(id)
+            guard let position = position(of: key) else { return nil }
+            if position >= 0 {
+                let index = Int(position)
+                defer { settleFull(at: index, key: key) }
+                return try body(&full[index]!)
+            }
+            let index = ~Int(position)
+            var entry = compact[index].entry(id: id)
+            defer { settleCompact(at: index, id: id, key: key, entry) }
+            return try body(&entry)
         }
 
         /// Sets the entry of `id`; returns the entry it replaced, if any.
         @discardableResult
-        mutating func updateValue(_ entry: consuming Entry, forKey id: String) -> Entry? {
-            // One hashing of the identifier for an entry added (the common case).
-            if let position = positions.updateValue(storage.count, forKey: id) {
-                positions[id] = position
-                let old = storage[position]
-                storage[position] = entry
+        mutating func updateValue(_ entry: Entry, forKey id: String) -> Entry? {
+            let key = RecordKey(id)
+            guard let position = position(of: key) else {
+                insert(entry, id: id, key: key)
+                return nil
+            }
+            if position >= 0 {
+                let index = Int(position)
+                let old = full[index]
+                full[index] = entry
+                settleFull(at: index, key: key)
                 return old
             }
-            identifiers.append(id)
-            storage.append(entry)
-            return nil
-        }
-
-        /// Adds the entry of `id`, which the table does not hold.
-        private mutating func append(_ entry: Entry, forKey id: String) {
-            positions[id] = storage.count
-            identifiers.append(id)
-            storage.append(entry)
+            let index = ~Int(position)
+            let old = compact[index].entry(id: id)
+            settleCompact(at: index, id: id, key: key, entry)
+            return old
         }
 
         /// Removes the entry of `id`; returns it, if there was one.
         @discardableResult
         mutating func removeValue(forKey id: String) -> Entry? {
-            guard let position = positions[id] else { return nil }
-            let entry = storage[position]
-            storage[position] = nil
-            removeHole(at: position)
+            let key = RecordKey(id)
+            guard let position = position(of: key) else { return nil }
+            if position >= 0 {
+                let index = Int(position)
+                let entry = full[index]
+                removeFull(at: index, key: key)
+                return entry
+            }
+            let index = ~Int(position)
+            let entry = compact[index].entry(id: id)
+            removeCompact(at: index)
             return entry
         }
 
-        /// Removes the slot at `position`, whose entry was set to `nil`: the last entry moves
-        /// into its place.
-        private mutating func removeHole(at position: Int) {
-            positions[identifiers[position]] = nil
-            let last = storage.count - 1
-            if position != last {
-                storage.swapAt(position, last)
-                identifiers.swapAt(position, last)
-                positions[identifiers[position]] = position
-            }
-            identifiers.removeLast()
-            storage.removeLast()
+        /// Makes room for `capacity` entries in all, expected to wait their turn (compact).
+        mutating func reserveCapacity(_ capacity: Int) {
+            uuidPositions.reserveCapacity(capacity)
+            compact.reserveCapacity(capacity)
+            compactIDs.reserveCapacity(capacity)
         }
 
-        /// Makes room for `capacity` entries in all.
-        mutating func reserveCapacity(_ capacity: Int) {
-            positions.reserveCapacity(capacity)
-            identifiers.reserveCapacity(capacity)
-            storage.reserveCapacity(capacity)
+        // MARK: Positions
+
+        private func position(of key: RecordKey) -> Int32? {
+            switch key {
+            case .uuid(let uuid): uuidPositions[uuid]
+            case .text(let text): textPositions[text]
+            }
         }
+
+        private mutating func setPosition(_ position: Int32?, of key: RecordKey) {
+            switch key {
+            case .uuid(let uuid): uuidPositions[uuid] = position
+            case .text(let text): textPositions[text] = position
+            }
+        }
+
+        /// The compact form of `entry`, stored under `id`, when it has one: its identifier
+        /// must be the record's own, in canonical form (held as a UUID).
+        private static func compacted(_ entry: Entry, id: String, key: RecordKey) -> (Entry.Compact, UUIDBits)? {
+            guard case .uuid(let uuid) = key, let compact = entry.compacted(), entry.record.id == id else { return nil }
+            return (compact, uuid)
+        }
+
+        private mutating func insert(_ entry: Entry, id: String, key: RecordKey) {
+            if let (compacted, uuid) = Self.compacted(entry, id: id, key: key) {
+                appendCompact(compacted, uuid: uuid)
+            } else {
+                appendFull(entry, id: id, key: key)
+            }
+        }
+
+        /// After the whole entry at `index` changed: removed if set to `nil`, made compact if
+        /// it now only waits its turn.
+        private mutating func settleFull(at index: Int, key: RecordKey) {
+            guard let entry = full[index] else {
+                removeFull(at: index, key: key)
+                return
+            }
+            if let (compacted, uuid) = Self.compacted(entry, id: fullIDs[index], key: key) {
+                removeFull(at: index, key: key)
+                appendCompact(compacted, uuid: uuid)
+            }
+        }
+
+        /// After the compact entry at `index` was read whole as `entry` and changed: removed,
+        /// stored compact again, or stored whole.
+        private mutating func settleCompact(at index: Int, id: String, key: RecordKey, _ entry: Entry?) {
+            guard let entry else {
+                removeCompact(at: index)
+                return
+            }
+            if let (compacted, _) = Self.compacted(entry, id: id, key: key) {
+                compact[index] = compacted
+            } else {
+                removeCompact(at: index)
+                appendFull(entry, id: id, key: key)
+            }
+        }
+
+        private mutating func appendFull(_ entry: Entry, id: String, key: RecordKey) {
+            setPosition(Int32(full.count), of: key)
+            full.append(entry)
+            fullIDs.append(id)
+        }
+
+        private mutating func appendCompact(_ entry: Entry.Compact, uuid: UUIDBits) {
+            uuidPositions[uuid] = ~Int32(compact.count)
+            compact.append(entry)
+            compactIDs.append(uuid)
+        }
+
+        /// Removes the whole entry at `index`, whose key is `key`: the last whole entry moves
+        /// into its place.
+        private mutating func removeFull(at index: Int, key: RecordKey) {
+            setPosition(nil, of: key)
+            let last = full.count - 1
+            if index != last {
+                full.swapAt(index, last)
+                fullIDs.swapAt(index, last)
+                setPosition(Int32(index), of: RecordKey(fullIDs[index]))
+            }
+            full.removeLast()
+            fullIDs.removeLast()
+        }
+
+        /// Removes the compact entry at `index`: the last compact entry moves into its place.
+        private mutating func removeCompact(at index: Int) {
+            uuidPositions[compactIDs[index]] = nil
+            let last = compact.count - 1
+            if index != last {
+                compact.swapAt(index, last)
+                compactIDs.swapAt(index, last)
+                uuidPositions[compactIDs[index]] = ~Int32(index)
+            }
+            compact.removeLast()
+            compactIDs.removeLast()
+        }
+
+        // MARK: Iteration
 
         func makeIterator() -> Iterator {
-            Iterator(identifiers: identifiers, storage: storage)
+            Iterator(full: full, fullIDs: fullIDs, compact: compact, compactIDs: compactIDs)
         }
 
+        /// The entries and their identifiers: the whole ones, then the compact ones made whole.
         struct Iterator: IteratorProtocol {
-            let identifiers: [String]
-            let storage: [Entry?]
-            var position = 0
+            fileprivate let full: [Entry?]
+            fileprivate let fullIDs: [String]
+            fileprivate let compact: [Entry.Compact]
+            fileprivate let compactIDs: [UUIDBits]
+            private var position = 0
+
+            fileprivate init(full: [Entry?], fullIDs: [String], compact: [Entry.Compact], compactIDs: [UUIDBits]) {
+                self.full = full
+                self.fullIDs = fullIDs
+                self.compact = compact
+                self.compactIDs = compactIDs
+            }
 
             mutating func next() -> (key: String, value: Entry)? {
-                guard position < storage.count else { return nil }
                 defer { position += 1 }
-                return (identifiers[position], storage[position]!)
+                if position < full.count { return (fullIDs[position], full[position]!) }
+                let index = position - full.count
+                guard index < compact.count else {
+                    position -= 1
+                    return nil
+                }
+                let id = RecordIdentifier.string(of: compactIDs[index])
+                return (id, compact[index].entry(id: id))
             }
+        }
+
+        /// The entries, without their identifiers (see ``values``).
+        struct Values: Sequence {
+            fileprivate let table: EntryTable
+            var underestimatedCount: Int { table.count }
+
+            func makeIterator() -> ValuesIterator { ValuesIterator(base: table.makeIterator()) }
+        }
+
+        struct ValuesIterator: IteratorProtocol {
+            fileprivate var base: Iterator
+            mutating func next() -> Entry? { base.next()?.value }
         }
     }
 }

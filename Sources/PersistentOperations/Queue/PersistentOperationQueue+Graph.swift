@@ -152,7 +152,9 @@ extension PersistentOperationQueue {
         }
         enum Waits { case prerequisites([PersistentOperationID]), lane(String) }
         let waits = state.withLock { state -> Waits? in
-            guard let entry = state.entries[id], case .blocked = entry.phase else { return nil }
+            // (The phase first: an entry that waits its turn is held compact, and is not made
+            // whole to be looked at.)
+            guard case .blocked? = state.entries.phase(of: id), let entry = state.entries[id] else { return nil }
             if entry.remainingPrerequisites == 0, entry.waitsForLane, let lane = entry.record.lane { return .lane(lane) }
             return .prerequisites(unfinishedPrerequisites(of: entry.record, in: state))
         }

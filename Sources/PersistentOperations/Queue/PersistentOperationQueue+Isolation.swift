@@ -98,7 +98,7 @@ extension PersistentOperationQueue {
     /// Under the lock: the first operation of `isolationAfterOthers` that is due (waits in `ready`).
     private func nextRunningAloneAfterOthers(in state: State) -> String? {
         state.isolationAfterOthers.first { id in
-            if case .ready? = state.entries[id]?.phase { return true }
+            if case .ready? = state.entries.phase(of: id) { return true }
             return false
         }
     }

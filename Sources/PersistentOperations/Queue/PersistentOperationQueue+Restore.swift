@@ -180,7 +180,7 @@ extension PersistentOperationQueue {
                 reportStoreError(id, "could not remove a record replaced by a newer one with the same unique key: \(error)")
             }
         }
-        report.restored = restored.map { PersistentOperationID(record: $0.id) }
+        report.restored = restored.map(\.operationID)
         report.unknownConditions = unknownConditions(of: restored.filter { !$0.conditions.isEmpty }.map { ($0.id, $0.conditions) })
         report.previousLaunchEnding = RestoreReport.LaunchEnding(previousLaunchEnding)
         report.previousLaunchApplicationState = previousLaunchWasActive ? .active : .inactive
@@ -200,7 +200,7 @@ extension PersistentOperationQueue {
         // Reported before any of them is scheduled, so each `restored` event comes before
         // the operation's first `started`.
         if hub.hasSubscribers {
-            hub.emit(contentsOf: restored.map { .restored(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) })
+            hub.emit(contentsOf: restored.map { .restored($0.operationID, typeIdentifier: $0.typeIdentifier) })
         }
         hub.emit(contentsOf: report.unknownConditions.map { .unknownConditions($0.id, conditions: $0.conditions) })
         // Lanes: the failed records that hold theirs, and the restored records in enqueue order
@@ -234,8 +234,9 @@ extension PersistentOperationQueue {
         // they wait for the others, and the first one due runs once nothing else is. (By
         // position in `restored`: no second copy of what a large restore holds.)
         func schedule(_ index: Int) {
-            scheduleLinked(restored[index].id, due: restored[index].due, ended: ended[index], laneAhead: positionsInLanes[restored[index].id])
-            if let expiresAt = restored[index].expiresAt { armExpiry(of: restored[index].id, at: expiresAt) }
+            let id = restored[index].id
+            scheduleLinked(id, due: restored[index].due, ended: ended[index], laneAhead: positionsInLanes.isEmpty ? nil : positionsInLanes[id])
+            if let expiresAt = restored[index].expiresAt { armExpiry(of: id, at: expiresAt) }
         }
         for index in restored.indices where !restored[index].runsAloneAfterOthers {
             schedule(index)
@@ -266,7 +267,8 @@ extension PersistentOperationQueue {
     /// what few records have (prerequisites, crash evidence, an expiration date, run
     /// conditions) out of line, so that a restore of a million holds no more than it must.
     struct RestoredRecord {
-        var id: String
+        /// The record's identifier, held without an allocation (see `RecordKey`).
+        private var key: RecordKey
         var typeIdentifier: String
         var order: RunOrder
         var due: Date?
@@ -299,7 +301,7 @@ extension PersistentOperationQueue {
             id: String, typeIdentifier: String, order: RunOrder, due: Date?, prerequisites: [String], crashes: Int = 0, kills: Int = 0,
             runsAlone: Bool = false, runsAloneAfterOthers: Bool = false, expiresAt: Date? = nil, conditions: [String] = [], lane: String? = nil
         ) {
-            self.id = id
+            self.key = RecordKey(id)
             self.typeIdentifier = typeIdentifier
             self.order = order
             self.due = due
@@ -311,6 +313,9 @@ extension PersistentOperationQueue {
             }
         }
 
+        var id: String { key.string }
+        /// The identifier a report gives it.
+        var operationID: PersistentOperationID { PersistentOperationID(key: key) }
         var prerequisites: [String] { rare?.prerequisites ?? [] }
         var crashes: Int { rare?.crashes ?? 0 }
         var kills: Int { rare?.kills ?? 0 }

@@ -107,7 +107,7 @@ extension PersistentOperationQueue {
             let token = timer.schedule(at: due) { [weak self] in self?.enqueueSlot(for: id) }
             let window = slotWindow()
             let scheduled = state.withLock { state -> (isStale: Bool, slots: [AttemptSlot]) in
-                guard case .scheduled(nil)? = state.entries[id]?.phase else { return (true, []) }
+                guard case .scheduled(nil)? = state.entries.phase(of: id) else { return (true, []) }
                 state.entries[id]?.phase = .scheduled(token)
                 guard state.isolation.first == id else { return (false, []) }
                 return (false, fillSlots(in: &state, window: window))
