@@ -528,7 +528,7 @@ extension OperationRecord {
     /// ```swift
     /// let record = OperationRecord(typeIdentifier: "com.example.upload", payload: Data(), enqueueSequence: 1)
     /// let compact = OperationRecord.Compact(record)!        // nil: a payload, or counts past Int32
-    /// compact.record(id: record.id) == record                // true
+    /// let same = compact.record(id: record.id) == record     // true
     /// ```
     package struct Compact: Sendable {
         package let typeIdentifier: String

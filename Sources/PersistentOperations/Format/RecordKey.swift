@@ -11,8 +11,8 @@ import Foundation
 ///
 /// ```swift
 /// let key = RecordKey("6F1C9A4E-2B7D-4C1E-9F3A-0D5E8B7C6A21")   // held as its UUID's bits
-/// key.string                                                  // "6F1C9A4E-2B7D-4C1E-9F3A-0D5E8B7C6A21"
-/// RecordKey("6f1c9a4e-2b7d-4c1e-9f3a-0d5e8b7c6a21") == key      // false: another text
+/// let text = key.string                                      // "6F1C9A4E-2B7D-4C1E-9F3A-0D5E8B7C6A21"
+/// let same = RecordKey("6f1c9a4e-2b7d-4c1e-9f3a-0d5e8b7c6a21") == key   // false: another text
 /// ```
 package enum RecordKey: Hashable, Sendable {
     /// An identifier in canonical form (uppercase UUID text).
