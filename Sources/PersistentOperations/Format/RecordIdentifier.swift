@@ -26,11 +26,7 @@ package enum RecordIdentifier {
         // Version 4 in the high nibble of byte 6, variant 0b10 in the top bits of byte 8.
         high = (high & ~(0xF << 12)) | (0x4 << 12)
         low = (low & ~(0x3 << 62)) | (0x2 << 62)
-        let a = high.bigEndian, b = low.bigEndian
-        return withUnsafeBytes(of: (a, b)) { raw in
-            UUID(uuid: (raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7],
-                        raw[8], raw[9], raw[10], raw[11], raw[12], raw[13], raw[14], raw[15]))
-        }
+        return UUIDBits(high: high, low: low).uuid
     }
 
     /// The UUID `id` spells when it is in canonical uppercase form
