@@ -341,46 +341,35 @@ package final class JournalStore: Sendable {
         func readAlone(_ id: String) {
             results[id] = Result { try readPendingPayload(id: id) }
         }
-        var located = state.withLock { state in
-            ids.compactMap { id -> (id: String, uuid: UUID, location: JournalIndex.Location, file: JournalSegmentFile)? in
-                guard let uuid = Self.uuid(id), let (location, file) = Self.locate(uuid, in: .pending, state) else { return nil }
-                return (id, uuid, location, file)
+        var identifiers: [UUID: String] = [:]
+        var (files, order) = state.withLock { state -> ([JournalSegmentFile], [LocatedRecord]) in
+            var files: [JournalSegmentFile] = []
+            var ordinals: [JournalSegmentName: Int32] = [:]
+            var located: [LocatedRecord] = []
+            for id in ids {
+                guard let uuid = Self.uuid(id), let (location, file) = Self.locate(uuid, in: .pending, state) else { continue }
+                let segment = ordinals[file.name] ?? {
+                    files.append(file)
+                    ordinals[file.name] = Int32(files.count - 1)
+                    return Int32(files.count - 1)
+                }()
+                identifiers[uuid] = id
+                located.append(LocatedRecord(id: uuid, segment: segment, offset: location.offset, length: location.length))
             }
+            return (files, located)
         }
         // The others are not pending (or not readable as such): each says why.
-        let found = Set(located.map(\.id))
-        for id in ids where !found.contains(id) { readAlone(id) }
-        located.sort { ($0.location.segment, $0.location.offset) < ($1.location.segment, $1.location.offset) }
-        var first = 0
-        while first < located.count {
-            let start = located[first].location.offset
-            var end = first + 1
-            // Neighbours only: a window never reads more than a page between two records.
-            while end < located.count, located[end].location.segment == located[first].location.segment,
-                  located[end].location.offset - (located[end - 1].location.offset + Int64(located[end - 1].location.length)) <= 4096,
-                  located[end].location.offset + Int64(located[end].location.length) - start <= Int64(Self.readWindow) {
-                end += 1
+        for id in ids where Self.uuid(id).flatMap({ identifiers[$0] }) == nil { readAlone(id) }
+        order.sort { ($0.segment, $0.offset) < ($1.segment, $1.offset) }
+        // Neighbours only: a window never reads more than a page between two records.
+        readInWindows(order, files: files, maximumGap: 4096) { record, how in
+            let id = identifiers[record.id]!
+            guard case .bytes(let bytes, let location, let file) = how else {
+                readAlone(id)
+                return
             }
-            defer { first = end }
-            let window = located[first..<end]
-            guard window.count > 1, let last = window.last,
-                  let bytes = try? window.first!.file.read(count: Int(last.location.offset - start) + Int(last.location.length), at: start) else {
-                for record in window { readAlone(record.id) }
-                continue
-            }
-            // Still where they were listed, once read? (One rewritten or compacted meanwhile is
-            // read where it is now, alone.)
-            let current = state.withLock { state in window.map { state.index.entries[$0.uuid].flatMap { $0.area == .pending ? $0.location : nil } } }
-            for (record, location) in zip(window, current) {
-                guard location == record.location else {
-                    readAlone(record.id)
-                    continue
-                }
-                let from = bytes.startIndex + Int(record.location.offset - start)
-                results[record.id] = Result {
-                    let recordBytes = Data(try self.recordBytes(record.location, in: record.file, from: bytes[from..<(from + Int(record.location.length))]))
-                    return try payload(of: recordBytes, at: record.location, id: record.uuid)
-                }
+            results[id] = Result {
+                try payload(of: Data(try recordBytes(location, in: file, from: bytes)), at: location, id: record.id)
             }
         }
         return results
@@ -424,56 +413,82 @@ package final class JournalStore: Sendable {
                 unreadable.append(.init(name: id.uuidString, reason: error.message, code: error.code))
             }
         }
-        var first = 0
-        while first < order.count {
-            let segment = order[first].segment
-            let start = order[first].offset
-            var end = first + 1
-            while end < order.count, order[end].segment == segment, order[end].offset + Int64(order[end].length) - start <= Int64(Self.readWindow) {
-                end += 1
-            }
-            defer { first = end }
-            let window = order[first..<end]
-            guard segment >= 0, let last = window.last else {
-                for record in window { try deliver(record.id) { try read(uuid: record.id, in: .pending) } }
-                continue
-            }
-            let file = files[Int(segment)]
-            let bytes: Data
-            do {
-                bytes = try file.read(count: Int(last.offset - start) + Int(last.length), at: start)
-            } catch {
-                for record in window { try deliver(record.id) { try read(uuid: record.id, in: .pending) } }
-                continue
-            }
-            // Still where they were listed, once read? (Bytes once written never change in
-            // place. A record removed meanwhile is skipped; one rewritten or compacted is read
-            // where it is now, alone.)
-            let locations = state.withLock { state in
-                window.map { record in state.index.entries[record.id].flatMap { $0.area == .pending ? $0.location : nil } }
-            }
-            for (record, location) in zip(window, locations) {
-                guard let location else { continue }
-                guard location.segment == file.name, location.offset == record.offset, location.length == record.length else {
-                    try deliver(record.id) { try read(uuid: record.id, in: .pending) }
-                    continue
-                }
-                let from = Int(record.offset - start)
+        try readInWindows(order, files: files) { record, how in
+            switch how {
+            case .bytes(let bytes, let location, let file):
                 try deliver(record.id) {
                     // Slices, not copies: the decode copies the record's bytes once, for its parser.
                     try RecordFormat.decode(
-                        recordBytes(location, in: file, from: bytes[(bytes.startIndex + from)..<(bytes.startIndex + from + Int(record.length))]),
-                        maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame
+                        recordBytes(location, in: file, from: bytes), maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame
                     )
                 }
+            case .readAlone:
+                try deliver(record.id) { try read(uuid: record.id, in: .pending) }
+            case .removed:
+                break
             }
         }
         return unreadable
     }
 
-    /// The most bytes ``forEachPendingRecord(_:)`` reads at once (a record larger than this is
-    /// read alone).
+    /// The most bytes ``readInWindows(_:files:maximumGap:_:)`` reads at once (a record larger
+    /// than this is read alone).
     static let readWindow = 1 << 20
+
+    /// How ``readInWindows(_:files:maximumGap:_:)`` found a record once its window was read.
+    private enum WindowedRecord {
+        /// Still where it was listed: its bytes, a slice of the window, and where they are.
+        case bytes(Data, JournalIndex.Location, JournalSegmentFile)
+        /// Rewritten or compacted since it was listed, or its window could not be read: to
+        /// be read alone, where it is now.
+        case readAlone
+        /// No longer pending.
+        case removed
+    }
+
+    /// Reads the records of `order` (sorted by segment and offset; a segment is an index into
+    /// `files`, -1 for one that is gone) a window of up to ``readWindow`` bytes at a time, of
+    /// neighbours at most `maximumGap` bytes apart: a few large sequential reads rather than
+    /// one `pread` a record. Once a window is read, each record's place is looked up again
+    /// (bytes once written never change in place), and `body` is told how to read it.
+    private func readInWindows(
+        _ order: [LocatedRecord], files: [JournalSegmentFile], maximumGap: Int64 = .max, _ body: (LocatedRecord, WindowedRecord) throws -> Void
+    ) rethrows {
+        var first = 0
+        while first < order.count {
+            let segment = order[first].segment
+            let start = order[first].offset
+            var end = first + 1
+            while end < order.count, order[end].segment == segment,
+                  order[end].offset - (order[end - 1].offset + Int64(order[end - 1].length)) <= maximumGap,
+                  order[end].offset + Int64(order[end].length) - start <= Int64(Self.readWindow) {
+                end += 1
+            }
+            defer { first = end }
+            let window = order[first..<end]
+            guard segment >= 0, let last = window.last,
+                  let bytes = try? files[Int(segment)].read(count: Int(last.offset - start) + Int(last.length), at: start) else {
+                for record in window { try body(record, .readAlone) }
+                continue
+            }
+            let file = files[Int(segment)]
+            let locations = state.withLock { state in
+                window.map { record in state.index.entries[record.id].flatMap { $0.area == .pending ? $0.location : nil } }
+            }
+            for (record, location) in zip(window, locations) {
+                guard let location else {
+                    try body(record, .removed)
+                    continue
+                }
+                guard location.segment == file.name, location.offset == record.offset, location.length == record.length else {
+                    try body(record, .readAlone)
+                    continue
+                }
+                let from = bytes.startIndex + Int(record.offset - start)
+                try body(record, .bytes(bytes[from..<(from + Int(record.length))], location, file))
+            }
+        }
+    }
 
     /// Where a pending record lies, for ``forEachPendingRecord(_:)``: `segment` is the
     /// position of its segment's name in sorted order, -1 when the segment is not open.
