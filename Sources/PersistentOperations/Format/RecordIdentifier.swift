@@ -32,8 +32,13 @@ package enum RecordIdentifier {
     /// The UUID `id` spells when it is in canonical uppercase form
     /// (`XXXXXXXX-XXXX-XXXX-XXXX-XXXXXXXXXXXX`, hexadecimal digits `0-9A-F`), else `nil`.
     package static func uuid(_ id: String) -> UUID? {
+        bits(id)?.uuid
+    }
+
+    /// The bits of the UUID `id` spells when it is in canonical uppercase form, else `nil`.
+    package static func bits(_ id: String) -> UUIDBits? {
         var id = id
-        return id.withUTF8 { uuid(utf8: $0) }
+        return id.withUTF8 { bits(utf8: $0) }
     }
 
     /// The UUID the UTF-8 `text` spells in canonical uppercase form, else `nil`: for a reader

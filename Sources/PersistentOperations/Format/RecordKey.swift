@@ -22,8 +22,7 @@ package enum RecordKey: Hashable, Sendable {
 
     /// The key of the identifier `id`.
     package init(_ id: String) {
-        var id = id
-        if let bits = id.withUTF8({ RecordIdentifier.bits(utf8: $0) }) {
+        if let bits = RecordIdentifier.bits(id) {
             self = .uuid(bits)
         } else {
             self = .text(id)

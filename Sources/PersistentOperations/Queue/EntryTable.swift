@@ -287,15 +287,15 @@ extension PersistentOperationQueue {
             }
 
             mutating func next() -> (key: String, value: Entry)? {
-                defer { position += 1 }
-                if position < full.count { return (fullIDs[position], full[position]!) }
-                let index = position - full.count
-                guard index < compact.count else {
-                    position -= 1
-                    return nil
+                let index = position
+                if index < full.count {
+                    position += 1
+                    return (fullIDs[index], full[index]!)
                 }
-                let id = RecordIdentifier.string(of: compactIDs[index])
-                return (id, compact[index].entry(id: id))
+                guard index - full.count < compact.count else { return nil }
+                position += 1
+                let id = RecordIdentifier.string(of: compactIDs[index - full.count])
+                return (id, compact[index - full.count].entry(id: id))
             }
         }
 

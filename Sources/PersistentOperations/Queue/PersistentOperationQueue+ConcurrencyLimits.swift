@@ -47,11 +47,12 @@ extension PersistentOperationQueue {
     func letOutNextParked(from waiters: WritableKeyPath<State, [String: Heap<ReadySlot>]>, tag: String, key: String, state: inout State) -> Bool {
         defer { if state[keyPath: waiters][tag]?.count == 0 { state[keyPath: waiters][tag] = nil } }
         while let next = state[keyPath: waiters][tag]?.popFirst() {
-            guard var entry = state.entries[next.id], case .waitingForConditions = entry.phase, entry.parkedUnder == key else { continue }
+            let id = next.id
+            guard var entry = state.entries[id], case .waitingForConditions = entry.phase, entry.parkedUnder == key else { continue }
             entry.parkedUnder = nil
-            rejoinIsolation(next.id, in: &state)
+            rejoinIsolation(id, in: &state)
             hold(&entry, in: &state)
-            state.entries[next.id] = entry
+            state.entries[id] = entry
             return true
         }
         return false

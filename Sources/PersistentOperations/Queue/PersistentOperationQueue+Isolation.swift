@@ -76,14 +76,16 @@ extension PersistentOperationQueue {
         var heldBack: [ReadySlot] = []
         while state.slotsInQueue < window, let next = state.ready.popFirst() {
             state.fairShare.took(round: next.round)
-            // Skip what was cancelled or forgotten while it waited.
-            guard var entry = state.entries[next.id], case .ready = entry.phase else { continue }
-            if !state.isolationAfterOthers.isEmpty, state.isolationAfterOthers.contains(next.id) {
+            // Skip what was cancelled or forgotten while it waited. (The slot holds its
+            // identifier as a key: spelled out once.)
+            let id = next.id
+            guard var entry = state.entries[id], case .ready = entry.phase else { continue }
+            if !state.isolationAfterOthers.isEmpty, state.isolationAfterOthers.contains(id) {
                 heldBack.append(next)   // its turn comes once nothing else is due
                 continue
             }
             if let slot = queueOrHold(&entry, in: &state, window: window) { slots.append(slot) }
-            state.entries[next.id] = entry
+            state.entries[id] = entry
         }
         for next in heldBack { state.ready.insert(next) }
         if state.slotsInQueue == 0, !heldBack.isEmpty, let turn = nextRunningAloneAfterOthers(in: state) {

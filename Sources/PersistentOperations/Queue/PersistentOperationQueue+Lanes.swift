@@ -81,8 +81,10 @@ extension PersistentOperationQueue {
     /// waits, and how many members are ahead of it.
     @discardableResult
     func joinLane(_ id: String, in state: inout State) -> (waits: Bool, ahead: Int) {
-        // (Most entries are in no lane: only the lane's name is read, not the entry copied.)
-        guard let name = state.entries[id]?.record.lane, let sequence = state.entries[id]?.record.enqueueSequence else { return (false, 0) }
+        // (Most entries are in no lane: the entry is looked up once and read in place, its lane's
+        // name and its sequence, not copied.)
+        let member = state.entries[id].flatMap { entry in entry.record.lane.map { (name: $0, sequence: entry.record.enqueueSequence) } }
+        guard let (name, sequence) = member else { return (false, 0) }
         // Taken out of the table while it changes, so that its members are not copied.
         var lane = state.lanes.removeValue(forKey: name) ?? Lane()
         defer { state.lanes[name] = lane }

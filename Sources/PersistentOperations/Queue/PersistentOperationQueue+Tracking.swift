@@ -107,8 +107,12 @@ extension PersistentOperationQueue {
             let token = timer.schedule(at: due) { [weak self] in self?.enqueueSlot(for: id) }
             let window = slotWindow()
             let scheduled = state.withLock { state -> (isStale: Bool, slots: [AttemptSlot]) in
-                guard case .scheduled(nil)? = state.entries.phase(of: id) else { return (true, []) }
-                state.entries[id]?.phase = .scheduled(token)
+                let isBeingScheduled = state.entries.withEntry(id) { entry -> Bool in
+                    guard case .scheduled(nil) = entry.phase else { return false }
+                    entry.phase = .scheduled(token)
+                    return true
+                }
+                guard isBeingScheduled == true else { return (true, []) }
                 guard state.isolation.first == id else { return (false, []) }
                 return (false, fillSlots(in: &state, window: window))
             }
