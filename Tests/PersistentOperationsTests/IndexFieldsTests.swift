@@ -97,26 +97,41 @@ struct IndexFieldsTests {
     /// how many of those also read in full, and, for each of them, the fields both ways.
     static func readDamagedRecords() throws -> (read: Int, agreed: Int, compared: [(index: Int, fields: RecordFormat.IndexFields, full: RecordFormat.IndexFields)]) {
         // Given record files damaged at random (bit flips, truncation, overwritten runs)
-        var random = SeededGenerator(seed: 4242)
-        let records = try (0..<20).map { try Self.makeDatedRecord(index: $0) }
+        let outcome = try readDamaged(try (0..<20).map { try Self.makeDatedRecord(index: $0) }, count: 10_000, seed: 4242) { file in
+            RecordFormat.indexFields(of: file)
+        } full: { file in
+            // (Its checksum aside: the caller has verified its frame's.)
+            let body = file.dropFirst(RecordFormat.headerSize)
+            guard let value = try? BinaryPropertyListReader.value(from: Data(body)),
+                  let full = try? OperationRecord(propertyListValue: value, headerVersion: Int(file[file.startIndex + 9])) else { return nil }
+            return Self.fields(full)
+        }
+        print("index fields: \(outcome.read) of 10,000 damaged records read, \(outcome.agreed) also read in full and agreed")
+        return outcome
+    }
+
+    /// Damages `count` record files made from `records` in turn (see
+    /// ``damaged(_:case:using:)``), and reads each with `fields` (a few of a record's fields,
+    /// read without decoding the rest) and with `full` (the same fields, of the record decoded
+    /// in full); how many read with `fields`, how many of those also with `full`, and for each
+    /// of them the fields both ways.
+    static func readDamaged<Fields>(
+        _ records: [OperationRecord], count: Int, seed: UInt64, fields: (Data) -> Fields?, full: (Data) -> Fields?
+    ) throws -> (read: Int, agreed: Int, compared: [(index: Int, fields: Fields, full: Fields)]) {
+        var random = SeededGenerator(seed: seed)
         var read = 0, agreed = 0
-        var compared: [(index: Int, fields: RecordFormat.IndexFields, full: RecordFormat.IndexFields)] = []
-        for index in 0..<10_000 {
-            let record = records[index % records.count]
-            let bytes = Self.damaged(try RecordFormat.encode(record), case: index, using: &random)
-            // When only the index fields are read (a trap here ends the test run)
-            let file = Data(bytes)
-            guard let fields = RecordFormat.indexFields(of: file) else { continue }
+        var compared: [(index: Int, fields: Fields, full: Fields)] = []
+        for index in 0..<count {
+            let file = Data(damaged(try RecordFormat.encode(records[index % records.count]), case: index, using: &random))
+            // When only those fields are read (a trap here ends the test run)
+            guard let found = fields(file) else { continue }
             read += 1
             // And whether the body also reads as a record in full
-            let body = file.dropFirst(RecordFormat.headerSize)
-            if let value = try? BinaryPropertyListReader.value(from: Data(body)),
-               let full = try? OperationRecord(propertyListValue: value, headerVersion: Int(bytes[9])) {
-                compared.append((index, fields, Self.fields(full)))
+            if let whole = full(file) {
+                compared.append((index, found, whole))
                 agreed += 1
             }
         }
-        print("index fields: \(read) of 10,000 damaged records read, \(agreed) also read in full and agreed")
         return (read, agreed, compared)
     }
 

@@ -53,28 +53,18 @@ struct PayloadFieldsTests {
     /// Reads the payload fields of 5,000 randomly damaged record bodies (as a verified frame
     /// gives them: no checksum); returns how many read, how many also read in full, and both.
     static func readDamagedRecords() throws -> (read: Int, agreed: Int, compared: [(index: Int, fields: RecordFormat.PayloadFields, full: RecordFormat.PayloadFields)]) {
-        var random = SeededGenerator(seed: 2727)
         let records = try (0..<20).map { index in
             var record = try IndexFieldsTests.makeDatedRecord(index: index)
             record.payload = Data((0..<(index * 7)).map { UInt8(truncatingIfNeeded: $0) })
             return record
         }
-        var read = 0, agreed = 0
-        var compared: [(index: Int, fields: RecordFormat.PayloadFields, full: RecordFormat.PayloadFields)] = []
-        for index in 0..<5_000 {
-            let record = records[index % records.count]
-            let file = Data(IndexFieldsTests.damaged(try RecordFormat.encode(record), case: index, using: &random))
-            // When only the payload fields are read (a trap here ends the test run)
-            guard let fields = RecordFormat.payloadFields(of: file, checksumVerified: true) else { continue }
-            read += 1
-            // And whether the body also reads as a record in full
-            if let full = try? RecordFormat.decode(file, checksumVerified: true) {
-                compared.append((index, fields, Self.expected(full)))
-                agreed += 1
-            }
+        let outcome = try IndexFieldsTests.readDamaged(records, count: 5_000, seed: 2727) { file in
+            RecordFormat.payloadFields(of: file, checksumVerified: true)
+        } full: { file in
+            (try? RecordFormat.decode(file, checksumVerified: true)).map(Self.expected)
         }
-        print("payload fields: \(read) of 5,000 damaged records read, \(agreed) also read in full and agreed")
-        return (read, agreed, compared)
+        print("payload fields: \(outcome.read) of 5,000 damaged records read, \(outcome.agreed) also read in full and agreed")
+        return outcome
     }
 
     @Test func theJournalReadsThePayloadOfRecordsPutAloneAndInBatches() throws {
