@@ -568,18 +568,37 @@ extension OperationRecord {
 
         /// The record again, with the identifier `id` and no payload.
         package func record(id: String) -> OperationRecord {
-            var record = OperationRecord(id: id, typeIdentifier: typeIdentifier, payload: Data(), enqueueSequence: enqueueSequence)
-            record.extras = extras
-            record.priority = priority
-            record.enqueuedAt = Date(timeIntervalSinceReferenceDate: enqueuedAt)
-            record.notBefore = dates & 1 == 0 ? nil : Date(timeIntervalSinceReferenceDate: notBefore)
-            record.nextAttemptAt = dates & 2 == 0 ? nil : Date(timeIntervalSinceReferenceDate: nextAttemptAt)
-            record.numberOfRetries = Int(numberOfRetries)
-            record.numberOfAttempts = Int(numberOfAttempts)
-            record.attemptsInFlight = Int(attemptsInFlight)
-            record.formatVersion = Int(formatVersion)
-            return record
+            // Field by field, not through the record's initializer, which sets every rare
+            // field through the box and works out the format version (this runs each time a
+            // compact entry is read).
+            OperationRecord(
+                formatVersion: Int(formatVersion), id: id, typeIdentifier: typeIdentifier, payload: Data(), priority: priority,
+                enqueueSequence: enqueueSequence, enqueuedAt: Date(timeIntervalSinceReferenceDate: enqueuedAt),
+                notBefore: dates & 1 == 0 ? nil : Date(timeIntervalSinceReferenceDate: notBefore), numberOfRetries: Int(numberOfRetries),
+                numberOfAttempts: Int(numberOfAttempts), nextAttemptAt: dates & 2 == 0 ? nil : Date(timeIntervalSinceReferenceDate: nextAttemptAt),
+                attemptsInFlight: Int(attemptsInFlight), extras: extras
+            )
         }
+    }
+
+    /// A record of exactly these stored fields (see ``Compact/record(id:)``).
+    private init(
+        formatVersion: Int, id: String, typeIdentifier: String, payload: Data, priority: Int, enqueueSequence: UInt64, enqueuedAt: Date,
+        notBefore: Date?, numberOfRetries: Int, numberOfAttempts: Int, nextAttemptAt: Date?, attemptsInFlight: Int, extras: Extras?
+    ) {
+        self.formatVersion = formatVersion
+        self.id = id
+        self.typeIdentifier = typeIdentifier
+        self.payload = payload
+        self.priority = priority
+        self.enqueueSequence = enqueueSequence
+        self.enqueuedAt = enqueuedAt
+        self.notBefore = notBefore
+        self.numberOfRetries = numberOfRetries
+        self.numberOfAttempts = numberOfAttempts
+        self.nextAttemptAt = nextAttemptAt
+        self.attemptsInFlight = attemptsInFlight
+        self.extras = extras
     }
 }
 

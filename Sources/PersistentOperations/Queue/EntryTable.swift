@@ -68,7 +68,7 @@ extension PersistentOperationQueue {
             }
             set {
                 if let newValue {
-                    updateValue(newValue, forKey: id)
+                    store(newValue, forKey: id)
                 } else {
                     removeValue(forKey: id)
                 }
@@ -125,6 +125,13 @@ extension PersistentOperationQueue {
         /// Sets the entry of `id`; returns the entry it replaced, if any.
         @discardableResult
         mutating func updateValue(_ entry: Entry, forKey id: String) -> Entry? {
+            store(entry, forKey: id, returningReplaced: true)
+        }
+
+        /// Sets the entry of `id`, with one lookup; returns the entry it replaced when
+        /// `returningReplaced` (else a compact one would be made whole only to be dropped).
+        @discardableResult
+        private mutating func store(_ entry: Entry, forKey id: String, returningReplaced: Bool = false) -> Entry? {
             let key = RecordKey(id)
             guard let position = position(of: key) else {
                 insert(entry, id: id, key: key)
@@ -132,13 +139,13 @@ extension PersistentOperationQueue {
             }
             if position >= 0 {
                 let index = Int(position)
-                let old = full[index]
+                let old = returningReplaced ? full[index] : nil
                 full[index] = entry
                 settleFull(at: index, key: key)
                 return old
             }
             let index = ~Int(position)
-            let old = compact[index].entry(id: id)
+            let old = returningReplaced ? compact[index].entry(id: id) : nil
             settleCompact(at: index, id: id, key: key, entry)
             return old
         }
