@@ -338,17 +338,11 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         payloadVersion: Int = 1,
         idempotencyKey: String? = nil
     ) {
-        self.id = id
-        self.typeIdentifier = typeIdentifier
-        self.payload = payload
-        self.priority = priority
-        self.enqueueSequence = enqueueSequence
-        self.enqueuedAt = enqueuedAt
-        self.notBefore = notBefore
-        self.numberOfRetries = numberOfRetries
-        self.numberOfAttempts = numberOfAttempts
-        self.nextAttemptAt = nextAttemptAt
-        self.attemptsInFlight = attemptsInFlight
+        self.init(
+            formatVersion: 1, id: id, typeIdentifier: typeIdentifier, payload: payload, priority: priority, enqueueSequence: enqueueSequence,
+            enqueuedAt: enqueuedAt, notBefore: notBefore, numberOfRetries: numberOfRetries, numberOfAttempts: numberOfAttempts,
+            nextAttemptAt: nextAttemptAt, attemptsInFlight: attemptsInFlight, extras: nil
+        )
         self.tags = tags
         self.uniqueKey = uniqueKey
         self.lastErrorDescription = lastErrorDescription
@@ -581,7 +575,8 @@ extension OperationRecord {
         }
     }
 
-    /// A record of exactly these stored fields (see ``Compact/record(id:)``).
+    /// A record of exactly these stored fields (see ``Compact/record(id:)``); the rare ones in
+    /// `extras`.
     private init(
         formatVersion: Int, id: String, typeIdentifier: String, payload: Data, priority: Int, enqueueSequence: UInt64, enqueuedAt: Date,
         notBefore: Date?, numberOfRetries: Int, numberOfAttempts: Int, nextAttemptAt: Date?, attemptsInFlight: Int, extras: Extras?
