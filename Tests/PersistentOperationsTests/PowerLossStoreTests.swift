@@ -10,7 +10,7 @@ import Testing
 /// checked: every acknowledged change is there, and nothing else but the change in flight (or
 /// a removal undone, which at-least-once allows). One seed per model: the journal's own
 /// suite (`JournalPowerLossTests`) runs more workloads, compaction included.
-@Suite("Record store under power cuts", .serialized, .timeLimit(.minutes(3)))
+@Suite("Record store under power cuts", .serialized, .timeLimit(.minutes(10)))   // the heavy workloads share two cores under Thread Sanitizer in CI: a limit that catches a hang, not a slow machine
 struct PowerLossStoreTests {
     /// Cuts per workload: fewer under Thread Sanitizer, which looks for races, not lost records.
     static let cutsPerSeed = isRunningUnderThreadSanitizer ? 40 : 240

@@ -6,7 +6,7 @@ import Testing
 /// Stores of the earlier layout (one file per record: `pending/`, `failed/`, `batches/`,
 /// formats 1–4) opened by this version: migrated to the journal, field for field, and safely
 /// under power cuts at any instant of the migration.
-@Suite("Store migration to the journal", .timeLimit(.minutes(3)))
+@Suite("Store migration to the journal", .timeLimit(.minutes(10)))   // the heavy workloads share two cores under Thread Sanitizer in CI: a limit that catches a hang, not a slow machine
 struct StoreMigrationTests {
     /// Every golden record with the area it belongs to in the earlier layout.
     static var goldenRecords: [(file: String, record: OperationRecord)] {
