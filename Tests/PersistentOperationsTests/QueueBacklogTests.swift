@@ -234,4 +234,61 @@ struct QueueBacklogTests {
         #expect(fixture.lines == expectedHigh + expectedLow)
         #expect(fixture.queue.operationQueue.operationCount == 0)
     }
+
+    @Test func aRestoredBacklogBeyondTheSlotWindowRunsInPriorityThenEnqueueOrderWhateverEachRecordHolds() async throws {
+        // Given a store of due notes of alternating priority, every fifth with a tag (its entry
+        // held whole), every seventh with a not-before date already past, one that depends on
+        // the first, and one not due for an hour
+        let first = try QueueFixture(maxConcurrent: 1, suspended: true)
+        let window = first.queue.slotWindow()
+        let count = window * 3 + 17
+        var expectedHigh: [String] = []
+        var expectedLow: [String] = []
+        var firstNote: PlainNote?
+        for index in 0..<count {
+            let note = PlainNote(payload: UploadPayload(name: "n\(index)", journal: first.journal))
+            note.queuePriority = index.isMultiple(of: 2) ? .high : .low
+            let options = EnqueueOptions(
+                notBefore: index.isMultiple(of: 7) ? first.clock.now.addingTimeInterval(-60) : nil,
+                tags: index.isMultiple(of: 5) ? ["photos"] : []
+            )
+            try first.queue.addOperation(note, options: options)
+            if firstNote == nil { firstNote = note }
+            if index.isMultiple(of: 2) { expectedHigh.append("n\(index) ran") } else { expectedLow.append("n\(index) ran") }
+        }
+        let dependent = PlainNote(payload: UploadPayload(name: "dependent", journal: first.journal))
+        dependent.queuePriority = .veryHigh
+        dependent.addDependency(try #require(firstNote))
+        try first.queue.addOperation(dependent)
+        let later = PlainNote(payload: UploadPayload(name: "later", journal: first.journal))
+        later.queuePriority = .veryHigh
+        try first.queue.addOperation(later, options: EnqueueOptions(notBefore: first.clock.now.addingTimeInterval(3600)))
+        first.queue.close()
+
+        // When a suspended serial queue restores them
+        let second = try QueueFixture(maxConcurrent: 1, suspended: true, directory: first.directory, journal: first.journal)
+        let report = try second.queue.restore()
+        #expect(report.restored.count == count + 2)
+
+        // Then a window of slots sits in the OperationQueue and the rest wait their turn
+        #expect(second.queue.operationQueue.operationCount == window)
+        let counts = try second.queue.counts()
+        #expect(counts.queued == count)
+        #expect(counts.scheduled == 1)
+        #expect(counts.waitingForPrerequisites == 1)
+
+        // And when the queue runs, every due note runs once, higher priority first, then in
+        // enqueue order; the dependent after its prerequisite, and the note not yet due once
+        // the clock reaches its date
+        second.queue.operationQueue.isSuspended = false
+        let due = expectedHigh + expectedLow
+        #expect(try await eventually { second.lines.count == due.count + 1 })
+        let lines = second.lines
+        #expect(lines.filter { $0 != "dependent ran" } == due)
+        #expect(try #require(lines.firstIndex(of: "dependent ran")) > (try #require(lines.firstIndex(of: "n0 ran"))))
+        second.clock.advance(by: 3600)
+        await second.queue.allOperationsFinished()
+        #expect(second.lines == lines + ["later ran"])
+        #expect(try second.pendingRecords().isEmpty)
+    }
 }

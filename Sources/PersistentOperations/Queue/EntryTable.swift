@@ -107,6 +107,19 @@ extension PersistentOperationQueue {
             }
         }
 
+        /// Makes the entry of `key` ready, when it is held compact and is being scheduled
+        /// (``Entry/Phase/scheduled(_:)`` without a timer's call yet), without making it whole;
+        /// returns whether it did. (A restore readies a backlog this way, see
+        /// `holdRestored(_:from:ended:now:)`.)
+        mutating func readyIfBeingScheduled(_ key: RecordKey) -> Bool {
+            guard let position = position(of: key), position < 0 else { return false }
+            let index = ~Int(position)
+            let entry = compact[index]
+            guard !entry.isReady, entry.timerToken == nil else { return false }
+            compact[index] = Entry.Compact(record: entry.record, timerToken: nil, attemptsInFlight: entry.attemptsInFlight, isReady: true)
+            return true
+        }
+
         /// Runs `body` on the entry of `id` in place, if there is one; returns what it returns.
         mutating func withEntry<Result>(_ id: String, _ body: (inout Entry) throws -> Result) rethrows -> Result? {
             let key = RecordKey(id)

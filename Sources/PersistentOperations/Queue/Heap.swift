@@ -11,6 +11,12 @@ struct Heap<Element: Sendable>: Sendable {
     var count: Int { elements.count }
     var first: Element? { elements.first }
 
+    /// Makes room for `capacity` elements in all (growing by doubling would briefly hold the
+    /// old array beside the new one).
+    mutating func reserveCapacity(_ capacity: Int) {
+        elements.reserveCapacity(capacity)
+    }
+
     mutating func insert(_ element: Element) {
         elements.append(element)
         var child = elements.count - 1

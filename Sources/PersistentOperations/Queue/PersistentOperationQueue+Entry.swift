@@ -244,7 +244,11 @@ extension PersistentOperationQueue {
         var round: UInt64 = 0
 
         init(id: String, order: RunOrder) {
-            self.key = RecordKey(id)
+            self.init(key: RecordKey(id), order: order)
+        }
+
+        init(key: RecordKey, order: RunOrder) {
+            self.key = key
             self.order = order
         }
 

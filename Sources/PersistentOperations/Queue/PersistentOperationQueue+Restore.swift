@@ -238,9 +238,24 @@ extension PersistentOperationQueue {
             scheduleLinked(id, due: restored[index].due, ended: ended[index], laneAhead: positionsInLanes.isEmpty ? nil : positionsInLanes[id])
             if let expiresAt = restored[index].expiresAt { armExpiry(of: id, at: expiresAt) }
         }
-        for index in restored.indices where !restored[index].runsAloneAfterOthers {
-            schedule(index)
+        // A backlog that is due waits in `ready` once the `OperationQueue`'s window is full:
+        // plain records are put there a chunk at a time under one lock (see `holdRestored`),
+        // the others one at a time.
+        let dueNow = timer.now
+        let dueCount = restored.count { $0.due.map { $0 <= dueNow } ?? true }
+        state.withLock { $0.ready.reserveCapacity($0.ready.count + dueCount) }
+        let window = slotWindow()
+        var index = restored.startIndex
+        while index < restored.endIndex {
+            let held = holdRestored(restored, from: index, ended: ended, window: window)
+            if held > 0 {
+                index += held
+                continue
+            }
+            if !restored[index].runsAloneAfterOthers { schedule(index) }
+            index += 1
         }
+        noteRunProgress()
         if !laneTurns.isEmpty {
             // The turns that came to entries added before this restore (the restored ones
             // are scheduled above).
@@ -263,12 +278,41 @@ extension PersistentOperationQueue {
         return report
     }
 
+    /// The most restored records ``holdRestored(_:from:ended:window:)`` readies under one
+    /// hold of the state lock.
+    static let restoreHoldChunk = 4_096
+
+    /// Readies the restored records from `start` on, as `schedule` would once the
+    /// `OperationQueue`'s window is full, as long as they are plain (no prerequisites, lane,
+    /// conditions, expiry or crash evidence: held compact), due and nothing else decides
+    /// their turn (no operation runs alone, no pause, no fair sharing): each goes straight
+    /// into `ready`, at most ``restoreHoldChunk`` under one hold of the lock. Returns how many
+    /// it readied; 0 when the first must be scheduled one at a time.
+    private func holdRestored(_ restored: [RestoredRecord], from start: Int, ended: [(id: String, ending: Entry.Ending)?], window: Int) -> Int {
+        guard configuration.fairShareTagPrefix == nil else { return 0 }
+        let end = min(restored.count, start + Self.restoreHoldChunk)
+        let now = timer.now
+        return state.withLock { state in
+            guard state.slotsInQueue >= window, state.isolation.isEmpty, state.pauses.isEmpty else { return 0 }
+            var index = start
+            while index < end {
+                let record = restored[index]
+                guard record.isPlain, ended[index] == nil, record.due.map({ $0 <= now }) ?? true,
+                      state.entries.readyIfBeingScheduled(record.key)
+                else { break }
+                state.ready.insert(ReadySlot(key: record.key, order: record.order))
+                index += 1
+            }
+            return index - start
+        }
+    }
+
     /// What ``restore()`` keeps of a restored record until it is scheduled: 72 bytes, with
     /// what few records have (prerequisites, crash evidence, an expiration date, run
     /// conditions) out of line, so that a restore of a million holds no more than it must.
     struct RestoredRecord {
         /// The record's identifier, held without an allocation (see `RecordKey`).
-        private var key: RecordKey
+        private(set) var key: RecordKey
         var typeIdentifier: String
         var order: RunOrder
         var due: Date?
@@ -314,6 +358,8 @@ extension PersistentOperationQueue {
         }
 
         var id: String { key.string }
+        /// Whether it has none of the rare fields: nothing but its turn decides when it runs.
+        var isPlain: Bool { rare == nil }
         /// The identifier a report gives it.
         var operationID: PersistentOperationID { PersistentOperationID(key: key) }
         var prerequisites: [String] { rare?.prerequisites ?? [] }
