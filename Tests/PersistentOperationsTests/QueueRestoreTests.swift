@@ -74,6 +74,10 @@ struct QueueRestoreTests {
         #expect(failed.count == 1)
         #expect(failed.first?.reason.contains("crashed the process 3 times while its attempt ran alone") == true)
         #expect(try launch.pendingRecords().isEmpty)
+        // And its record in the failed area keeps its payload (a restore reads records
+        // without theirs), so that it can be re-queued
+        let record = try #require(try launch.failedRecords().first)
+        #expect(try RecordFormat.decodePayload(UploadPayload.self, from: record.payload).name == "loop")
     }
 
     @Test func aRecordOfAnUnregisteredTypeIsKeptUntouchedAndReported() async throws {

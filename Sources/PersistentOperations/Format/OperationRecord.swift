@@ -575,6 +575,19 @@ extension OperationRecord {
         }
     }
 
+    /// A record of only the fields every record has (none of the rare ones), without a
+    /// payload: what ``RecordFormat/plainRecord(of:maximumSize:checksumVerified:)`` reads.
+    package static func plain(
+        formatVersion: Int, id: String, typeIdentifier: String, priority: Int, enqueueSequence: UInt64, enqueuedAt: Date,
+        notBefore: Date?, numberOfRetries: Int, numberOfAttempts: Int, nextAttemptAt: Date?, attemptsInFlight: Int
+    ) -> OperationRecord {
+        OperationRecord(
+            formatVersion: formatVersion, id: id, typeIdentifier: typeIdentifier, payload: Data(), priority: priority,
+            enqueueSequence: enqueueSequence, enqueuedAt: enqueuedAt, notBefore: notBefore, numberOfRetries: numberOfRetries,
+            numberOfAttempts: numberOfAttempts, nextAttemptAt: nextAttemptAt, attemptsInFlight: attemptsInFlight, extras: nil
+        )
+    }
+
     /// A record of exactly these stored fields (see ``Compact/record(id:)``); the rare ones in
     /// `extras`.
     private init(

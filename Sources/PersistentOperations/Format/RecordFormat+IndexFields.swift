@@ -84,6 +84,40 @@ extension RecordFormat {
         }
     }
 
+    /// The record file `file` without its payload, read without decoding the rest of it, when
+    /// its body holds only the fields every record has (identifier, type, payload, priority,
+    /// enqueue sequence and date, not-before and next-attempt dates, counts of retries and
+    /// attempts, format version, and from version 5 on nothing else; an empty list of tags
+    /// before it); nil otherwise, and the caller decodes the record in full, which also says
+    /// what is wrong with a damaged one. The record's checksum is verified unless
+    /// `checksumVerified` says a frame's checksum covering it was (see ``decode(_:maximumSize:checksumVerified:)``).
+    ///
+    /// A restore reads most records this way: it keeps no payload (each is read again when its
+    /// operation is built), and the full decode's copy of the payload and check of the whole
+    /// property list cost more than the rest of the read.
+    ///
+    /// ```swift
+    /// let record = OperationRecord(typeIdentifier: "com.example.upload", payload: Data([1]), enqueueSequence: 1, enqueuedAt: Date())
+    /// let file = try RecordFormat.encode(record)
+    /// let plain = RecordFormat.plainRecord(of: file, checksumVerified: false)
+    /// var expected = record
+    /// expected.payload = Data()
+    /// let same = plain == expected   // true
+    /// ```
+    package static func plainRecord(of file: Data, maximumSize: Int = defaultMaximumRecordSize, checksumVerified: Bool) -> OperationRecord? {
+        guard file.count <= maximumSize else { return nil }
+        return file.withUnsafeBytes { raw -> OperationRecord? in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            guard bytes.count > headerSize + 8 + 32, bytes.prefix(magic.count).elementsEqual(magic) else { return nil }
+            let version = Int(read(bytes, 8, 2) ?? 0)
+            guard OperationRecord.readableFormatVersions.contains(version), read(bytes, 10, 2) == 0,
+                  read(bytes, 12, 4) == UInt64(bytes.count - headerSize) else { return nil }
+            let body = UnsafeBufferPointer(rebasing: bytes[headerSize...])
+            guard checksumVerified || read(bytes, 16, 4) == UInt64(CRC32.checksum(of: body)) else { return nil }
+            return PropertyListPeek(body).plainRecord(version: version)
+        }
+    }
+
     fileprivate static func read(_ bytes: UnsafeBufferPointer<UInt8>, _ offset: Int, _ width: Int) -> UInt64? {
         guard offset >= 0, width >= 1, width <= 8, offset <= bytes.count - width else { return nil }
         return bytes.bigEndianValue(at: offset, width: width)
@@ -184,6 +218,90 @@ private struct PropertyListPeek {
         }
         guard let id, let typeIdentifier, let payload else { return nil }
         return RecordFormat.PayloadFields(id: id, typeIdentifier: typeIdentifier, payload: payload)
+    }
+
+    func plainRecord(version: Int) -> OperationRecord? {
+        guard let top = topDictionary() else { return nil }
+        // Each field once: a key twice is left to the full decode.
+        var seen: UInt16 = 0
+        func first(_ bit: UInt16) -> Bool {
+            defer { seen |= bit }
+            return seen & bit == 0
+        }
+        var id: String?
+        var typeIdentifier: String?
+        var formatVersion: Int64?
+        var hasPayload = false
+        var sequence: UInt64?
+        var enqueuedAt: Double?
+        var priority: Int64?
+        var retries: Int64?
+        var attempts: Int64?
+        var inFlight: Int64?
+        var hasTags = false
+        var notBefore: Double?
+        var nextAttemptAt: Double?
+        for index in 0..<top.count {
+            guard let (key, valueOffset) = top.entry(index) else { return nil }
+            switch key {
+            case "formatVersion":
+                guard first(1 << 0), let value = signedInteger(at: valueOffset) else { return nil }
+                formatVersion = value
+            case "id":
+                guard first(1 << 1), let value = asciiString(at: valueOffset), RecordIdentifier.isValid(value) else { return nil }
+                id = value
+            case "typeIdentifier":
+                guard first(1 << 2), let value = asciiString(at: valueOffset) else { return nil }
+                typeIdentifier = value
+            case "payload":
+                guard first(1 << 3), let (length, start) = container(at: valueOffset, marker: 0x40), start + length <= bytes.count else { return nil }
+                hasPayload = true
+            case "enqueueSequence":
+                guard first(1 << 4), let value = unsignedInteger(at: valueOffset) else { return nil }
+                sequence = value
+            case "enqueuedAt":
+                guard first(1 << 5), let value = date(at: valueOffset) else { return nil }
+                enqueuedAt = value
+            case "priority":
+                guard first(1 << 6), let value = signedInteger(at: valueOffset) else { return nil }
+                priority = value
+            case "numberOfRetries":
+                guard first(1 << 7), let value = signedInteger(at: valueOffset) else { return nil }
+                retries = value
+            case "numberOfAttempts":
+                guard first(1 << 8), let value = signedInteger(at: valueOffset) else { return nil }
+                attempts = value
+            case "attemptsInFlight":
+                guard first(1 << 9), let value = signedInteger(at: valueOffset) else { return nil }
+                inFlight = value
+            case "tags":
+                // An empty list only (a record with tags is read in full).
+                guard first(1 << 10), let (count, _) = container(at: valueOffset, marker: 0xA0), count == 0 else { return nil }
+                hasTags = true
+            case "notBefore":
+                guard first(1 << 11), let value = date(at: valueOffset) else { return nil }
+                notBefore = value
+            case "nextAttemptAt":
+                guard first(1 << 12), let value = date(at: valueOffset) else { return nil }
+                nextAttemptAt = value
+            default:
+                // A rare field (or one this build does not know): the full decode reads it.
+                return nil
+            }
+        }
+        // Up to version 4 the fields with a default are always written; from 5 on, left out.
+        if version < 5 {
+            guard priority != nil, hasTags, retries != nil, attempts != nil, inFlight != nil else { return nil }
+        }
+        guard formatVersion == Int64(version), let id, let typeIdentifier, hasPayload, let sequence, let enqueuedAt,
+              let priority = Int(exactly: priority ?? 0), let retries = Int(exactly: retries ?? 0),
+              let attempts = Int(exactly: attempts ?? 0), let inFlight = Int(exactly: inFlight ?? 0) else { return nil }
+        return OperationRecord.plain(
+            formatVersion: version, id: id, typeIdentifier: typeIdentifier, priority: priority, enqueueSequence: sequence,
+            enqueuedAt: Date(timeIntervalSinceReferenceDate: enqueuedAt), notBefore: notBefore.map(Date.init(timeIntervalSinceReferenceDate:)),
+            numberOfRetries: retries, numberOfAttempts: attempts,
+            nextAttemptAt: nextAttemptAt.map(Date.init(timeIntervalSinceReferenceDate:)), attemptsInFlight: inFlight
+        )
     }
 
     /// The top object of the property list, a dictionary: how to find an object, the number

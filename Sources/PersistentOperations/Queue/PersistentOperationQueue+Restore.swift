@@ -98,7 +98,7 @@ extension PersistentOperationQueue {
             // Growing the table by doubling would briefly hold the old one beside the new.
             state.withLock { $0.entries.reserveCapacity($0.entries.count + count) }
             restored.reserveCapacity(count)
-        }) { record in
+        }, withoutPayloads: true) { record in
             if suspects[record.id] != nil { suspectsPending.insert(record.id) }
             if let batch = record.batchID {
                 guard committedBatches?.contains(batch) ?? true || batchesInProgress.contains(batch) else {
@@ -442,7 +442,9 @@ extension PersistentOperationQueue {
     ) {
         let id = PersistentOperationID(record: record.id)
         do {
-            var failed = record
+            // (A restore reads most records without their payloads: the failed area keeps the
+            // whole record.)
+            var failed = record.payload.isEmpty ? try store.readPending(id: record.id) : record
             failed.isHoldingLane = holdsLane && record.lane != nil && record.laneHoldsOnFailure
             failed.attemptsInFlight = suspect?.interruptedAttempts ?? 0
             if let lastError { failed.lastErrorDescription = lastError }

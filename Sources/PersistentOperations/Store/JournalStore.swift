@@ -385,9 +385,14 @@ package final class JournalStore: Sendable {
     /// a few large sequential reads rather than one `pread` a record. Records changed or
     /// removed meanwhile are read as they are when their turn comes.
     ///
+    /// `withoutPayloads`: a record with only the fields every record has is read without its
+    /// payload and without checking the rest of its property list (``RecordFormat/plainRecord(of:maximumSize:checksumVerified:)``),
+    /// for a caller that keeps no payload (a restore); one that reads it later finds a damaged
+    /// record then.
+    ///
     /// - Returns: the records that could not be read, with the reason.
     @discardableResult
-    package func forEachPendingRecord(_ body: (OperationRecord) throws -> Void) throws -> [LoadReport.Entry] {
+    package func forEachPendingRecord(withoutPayloads: Bool = false, _ body: (OperationRecord) throws -> Void) throws -> [LoadReport.Entry] {
         // Where each pending record lies (40 bytes a record), in the segments' order: a
         // filtered copy of the index would hold every index entry of the area a second time.
         var (files, order) = state.withLock { state -> ([JournalSegmentFile], [LocatedRecord]) in
@@ -418,9 +423,13 @@ package final class JournalStore: Sendable {
             case .bytes(let bytes, let location, let file):
                 try deliver(record.id) {
                     // Slices, not copies: the decode copies the record's bytes once, for its parser.
-                    try RecordFormat.decode(
-                        recordBytes(location, in: file, from: bytes), maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame
-                    )
+                    let recordBytes = try recordBytes(location, in: file, from: bytes)
+                    if withoutPayloads, let plain = RecordFormat.plainRecord(
+                        of: recordBytes, maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame
+                    ) {
+                        return plain
+                    }
+                    return try RecordFormat.decode(recordBytes, maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame)
                 }
             case .readAlone:
                 try deliver(record.id) { try read(uuid: record.id, in: .pending) }
@@ -490,7 +499,7 @@ package final class JournalStore: Sendable {
         }
     }
 
-    /// Where a pending record lies, for ``forEachPendingRecord(_:)``: `segment` is the
+    /// Where a pending record lies, for ``forEachPendingRecord(withoutPayloads:_:)``: `segment` is the
     /// position of its segment's name in sorted order, -1 when the segment is not open.
     private struct LocatedRecord {
         var id: UUID

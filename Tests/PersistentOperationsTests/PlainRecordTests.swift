@@ -1,0 +1,126 @@
+import CrashHarness
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+/// A restore reads most records without their payloads: a record with only the fields every
+/// record has is read field by field, without the full decode's copy of its payload and check
+/// of its whole property list (`RecordFormat.plainRecord`). Whatever it reads must be what
+/// the full decode reads, and anything else is left to the full decode.
+@Suite(.timeLimit(.minutes(10)))   // the heavy workloads share two cores under Thread Sanitizer in CI: a limit that catches a hang, not a slow machine
+struct PlainRecordTests {
+    /// What a plain read must give for `record`: the record without its payload, when it has
+    /// none of the rare fields; nil when it has one.
+    static func expected(_ record: OperationRecord) -> OperationRecord? {
+        var withoutPayload = record
+        withoutPayload.payload = Data()
+        // Plain: made again from the fields every record has alone, it is the same record.
+        let common = OperationRecord.plain(
+            formatVersion: record.formatVersion, id: record.id, typeIdentifier: record.typeIdentifier, priority: record.priority,
+            enqueueSequence: record.enqueueSequence, enqueuedAt: record.enqueuedAt, notBefore: record.notBefore,
+            numberOfRetries: record.numberOfRetries, numberOfAttempts: record.numberOfAttempts, nextAttemptAt: record.nextAttemptAt,
+            attemptsInFlight: record.attemptsInFlight
+        )
+        return common == withoutPayload ? withoutPayload : nil
+    }
+
+    @Test(arguments: ["v1-minimal.record", "v1-full.record", "v1-failed.record", "v2-dependent.record", "v2-failed-dependent.record", "v3-expiring.record", "v4-periodic.record", "v5-defaults.record", "v5-full.record"])
+    func everyGoldenRecordReadsAsItsFullDecodeWithoutItsPayloadOrIsLeftToIt(name: String) throws {
+        let file = try Data(contentsOf: GoldenFileTests.fixtureURL(name))
+        let record = try RecordFormat.decode(file)
+        #expect(RecordFormat.plainRecord(of: file, checksumVerified: false) == Self.expected(record))
+    }
+
+    @Test func theMinimalGoldenRecordsOfEveryLayoutArePlain() throws {
+        // (So that the test above compares records, not only nils.)
+        for name in ["v1-minimal.record", "v5-defaults.record"] {
+            let file = try Data(contentsOf: GoldenFileTests.fixtureURL(name))
+            #expect(RecordFormat.plainRecord(of: file, checksumVerified: false) != nil, "\(name)")
+        }
+    }
+
+    @Test func recordsOfEveryVersionWithAndWithoutRareFieldsReadAsTheFullDecodeSays() throws {
+        var plain = 0
+        var left = 0
+        for index in 0..<60 {
+            var record = try IndexFieldsTests.makeDatedRecord(index: index)
+            record.payload = Data((0..<[0, 1, 15, 16, 300, 70_000][index % 6]).map { UInt8(truncatingIfNeeded: $0 &* 13) })
+            record.priority = [0, 4, -8, Int(Int32.max), -1][index % 5]
+            record.numberOfRetries = index % 4
+            record.numberOfAttempts = index % 3
+            record.tags = []
+            switch index % 10 {
+            case 0: record.tags = ["t\(index)"]
+            case 1: record.uniqueKey = "key-\(index)"
+            case 2: record.expiresAt = Date(timeIntervalSinceReferenceDate: 1_000_000)
+            case 3: record.lastErrorDescription = "error \(index)"
+            case 4: record.lane = "lane"
+            default: break
+            }
+            for version in Set([record.requiredFormatVersion, 4, 5, OperationRecord.currentFormatVersion]) where version >= record.requiredFormatVersion {
+                let file = try RecordFormat.encode(record, maximumSize: 1 << 20, formatVersion: version)
+                let full = try RecordFormat.decode(file, maximumSize: 1 << 20)
+                let read = RecordFormat.plainRecord(of: file, maximumSize: 1 << 20, checksumVerified: false)
+                #expect(read == Self.expected(full), "\(index), version \(version)")
+                if read == nil { left += 1 } else { plain += 1 }
+            }
+        }
+        #expect(plain > 0 && left > 0)
+    }
+
+    @Test func aChecksumMismatchOrAnOversizedRecordIsLeftToTheFullDecode() throws {
+        var record = try IndexFieldsTests.makeDatedRecord(index: 1)
+        record.tags = []
+        var bytes = [UInt8](try RecordFormat.encode(record))
+        bytes[16] ^= 0xFF
+        let file = Data(bytes)
+        #expect(Self.expected(record) != nil)
+        #expect(RecordFormat.plainRecord(of: file, checksumVerified: false) == nil)
+        #expect(throws: PersistenceError.self) { try RecordFormat.decode(file) }
+        // (A frame's checksum covers a whole record's bytes: the caller verified them.)
+        #expect(RecordFormat.plainRecord(of: file, checksumVerified: true) == Self.expected(record))
+        #expect(RecordFormat.plainRecord(of: file, maximumSize: file.count - 1, checksumVerified: true) == nil)
+    }
+
+    @Test func damagedBytesNeverCrashAndNeverReadAsAnotherRecord() async throws {
+        let outcome = try await onDedicatedThread {
+            let records = try (0..<20).map { index in
+                var record = try IndexFieldsTests.makeDatedRecord(index: index)
+                record.payload = Data((0..<(index * 7)).map { UInt8(truncatingIfNeeded: $0) })
+                // (Most of them plain: a record with tags is left to the full decode.)
+                if index % 4 != 0 { record.tags = [] }
+                return record
+            }
+            return try IndexFieldsTests.readDamaged(records, count: 4_000, seed: 9191) { file in
+                RecordFormat.plainRecord(of: file, checksumVerified: true)
+            } full: { file in
+                (try? RecordFormat.decode(file, checksumVerified: true)).flatMap(Self.expected)
+            }
+        }
+        print("plain records: \(outcome.read) of 4,000 damaged records read, \(outcome.agreed) also read in full and agreed")
+        for (index, read, full) in outcome.compared {
+            #expect(read == full, "case \(index)")
+        }
+        #expect(outcome.read > 0 && outcome.agreed > 0)
+    }
+
+    @Test func aRestoreReadsPlainRecordsWithoutTheirPayloadsAndBuildsThemFromTheirPayloads() async throws {
+        // Given a store of plain notes and notes with tags (read in full)
+        let first = try QueueFixture(suspended: true)
+        for index in 0..<6 {
+            let note = PlainNote(payload: UploadPayload(name: "n\(index)", journal: first.journal))
+            try first.queue.addOperation(note, options: EnqueueOptions(tags: index.isMultiple(of: 2) ? [] : ["photos"]))
+        }
+        first.queue.close()
+        // When the next launch restores them, then runs them
+        let second = try QueueFixture(suspended: true, directory: first.directory, journal: first.journal)
+        let report = try second.queue.restore()
+        #expect(report.restored.count == 6)
+        #expect(report.quarantined.isEmpty)
+        second.queue.operationQueue.isSuspended = false
+        await second.queue.allOperationsFinished()
+        // Then each was built from its payload and ran once
+        #expect(second.lines == (0..<6).map { "n\($0) ran" })
+        #expect(try second.pendingRecords().isEmpty)
+    }
+}
