@@ -114,9 +114,9 @@ extension PersistentOperationQueue {
         mutating func readyIfBeingScheduled(_ key: RecordKey) -> Bool {
             guard let position = position(of: key), position < 0 else { return false }
             let index = ~Int(position)
-            let entry = compact[index]
-            guard !entry.isReady, entry.timerToken == nil else { return false }
-            compact[index] = Entry.Compact(record: entry.record, timerToken: nil, attemptsInFlight: entry.attemptsInFlight, isReady: true)
+            // (In place: a copy of the entry would retain and release what it holds.)
+            guard !compact[index].isReady, compact[index].timerToken == nil else { return false }
+            compact[index].isReady = true
             return true
         }
 

@@ -188,7 +188,8 @@ extension PersistentOperationQueue {
             /// ``Phase/scheduled(_:)``).
             let timerToken: DueTimer.Token?
             let attemptsInFlight: Int32
-            let isReady: Bool
+            /// Whether it is `ready` (else `scheduled`); set in place when a restore readies it.
+            var isReady: Bool
 
             /// The entry again, with the identifier `id`.
             func entry(id: String) -> Entry {
