@@ -111,11 +111,12 @@ struct StartRateLimitTests {
         let others = (0..<6).map { RateWork(payload: .init(log: name, tags: ["other"], label: "o\($0)")) }
         try queue.addOperations(others, options: EnqueueOptions(tags: ["other"]))
 
-        // Then the first limited one and all the others run, while the two left wait for the
+        // Then one limited one and all the others run, while the two left wait for the
         // next start without a slot, reported queued (not waiting for conditions)
         #expect(try await eventually { try log.starts(of: "other").count == 6 && queue.counts().pending == 2 })
         let counts = try queue.counts()
-        #expect(log.labels(of: "slow-api") == ["s0"])
+        // (One of them: the first two get the two slots together, and either may take the start.)
+        #expect(log.labels(of: "slow-api").count == 1)
         #expect(counts.queued == 2)
         #expect(counts.waitingForConditions == 0)
         #expect(queue.state.withLock { $0.slotsInQueue } == 0)
