@@ -156,6 +156,49 @@ struct CompactEntryTests {
         }
     }
 
+    @Test func anEntryAddedFromAPlainRecordsFieldsReadsBackAsOneAddedWholeAndIsReadiedInPlace() throws {
+        // Given plain records, read back from their files as fields
+        var table = PersistentOperationQueue.EntryTable()
+        var typeIdentifiers: [String] = []
+        var records: [OperationRecord] = []
+        for index in 0..<30 {
+            var record = Self.fullRecord(index: index)
+            record = OperationRecord.plain(
+                formatVersion: record.formatVersion, id: record.id, typeIdentifier: index % 3 == 0 ? "com.example.a" : "com.example.b",
+                priority: record.priority, enqueueSequence: record.enqueueSequence, enqueuedAt: record.enqueuedAt, notBefore: record.notBefore,
+                numberOfRetries: record.numberOfRetries, numberOfAttempts: record.numberOfAttempts, nextAttemptAt: record.nextAttemptAt,
+                attemptsInFlight: record.attemptsInFlight
+            )
+            let file = try RecordFormat.encode(record)
+            let fields = try #require(RecordFormat.plainFields(of: file, checksumVerified: false, typeIdentifiers: &typeIdentifiers))
+            #expect(fields.record == record)
+            #expect(fields.dueDate == record.dueDate && fields.runOrder == record.runOrder)
+            // When each is added compact from its fields (as a restore does)
+            let entry = PersistentOperationQueue.Entry.Compact(
+                record: try #require(OperationRecord.Compact(plain: fields)), timerToken: nil, attemptsInFlight: 0, isReady: false
+            )
+            let added = table.insertCompact(entry, uuid: fields.key)
+            #expect(added)
+            // Then a second entry of the same identifier is refused, and the first one stays
+            let addedTwice = table.insertCompact(entry, uuid: fields.key)
+            #expect(!addedTwice)
+            records.append(record)
+        }
+        // (One copy of each type identifier.)
+        #expect(typeIdentifiers == ["com.example.a", "com.example.b"])
+        #expect(table.count == records.count && table.compactCount == records.count)
+        for record in records {
+            // It reads back as the record's own entry, scheduled, and is readied once
+            let read = try #require(table[record.id])
+            #expect(read.record == record && read.attemptsInFlight == 0)
+            #expect(Self.describe(read.phase) == "scheduled")
+            let readied = table.readyIfBeingScheduled(RecordKey(record.id))
+            let readiedTwice = table.readyIfBeingScheduled(RecordKey(record.id))
+            #expect(readied && !readiedTwice)
+            #expect(Self.describe(try #require(table[record.id]).phase) == "ready")
+        }
+    }
+
     /// The phase, with the identity of its timer token.
     static func describe(_ phase: PersistentOperationQueue.Entry.Phase) -> String {
         switch phase {

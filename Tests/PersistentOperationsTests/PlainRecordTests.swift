@@ -123,4 +123,75 @@ struct PlainRecordTests {
         #expect(second.lines == (0..<6).map { "n\($0) ran" })
         #expect(try second.pendingRecords().isEmpty)
     }
+
+    /// Overwrites, in the store's journal segments, the one occurrence of `text` with
+    /// `replacement` (as long).
+    static func overwrite(_ text: String, with replacement: String, in directory: TemporaryDirectory) throws {
+        precondition(text.utf8.count == replacement.utf8.count)
+        var found = 0
+        for path in try JournalStoreTests.segmentPaths(in: directory) {
+            var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+            guard let range = bytes.range(of: Data(text.utf8)) else { continue }
+            bytes.replaceSubrange(range, with: Data(replacement.utf8))
+            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+            try handle.seek(toOffset: UInt64(range.lowerBound))
+            try handle.write(contentsOf: Data(replacement.utf8))
+            try handle.close()
+            found += 1
+        }
+        #expect(found == 1)
+    }
+
+    /// Three plain notes stored by a first launch, and a second launch that has opened the
+    /// store (every frame verified) and not restored yet.
+    static func openedStoreOfThreeNotes(middle: String) throws -> (second: QueueFixture, ids: [PersistentOperationID]) {
+        let first = try QueueFixture(suspended: true)
+        var ids: [PersistentOperationID] = []
+        for name in ["keep-1", middle, "keep-2"] {
+            let note = PlainNote(payload: UploadPayload(name: name, journal: first.journal))
+            try first.queue.addOperation(note)
+            ids.append(try #require(first.queue.identifier(of: note)))
+        }
+        first.queue.close()
+        return (try QueueFixture(suspended: true, directory: first.directory, journal: first.journal), ids)
+    }
+
+    @Test func aPlainRecordDamagedAfterTheJournalWasOpenedIsQuarantinedWhenItsOperationIsBuiltAndTheOthersRun() async throws {
+        // Given a launch that opened a store of three plain notes, whose journal is then
+        // damaged inside one note's payload
+        let (second, ids) = try Self.openedStoreOfThreeNotes(middle: "damaged-payload")
+        try Self.overwrite("damaged-payload", with: "damaged-PAYLOAD", in: second.directory)
+
+        // When it restores them (their fields read without computing their checksums again)
+        let report = try second.queue.restore()
+        #expect(report.restored == ids)
+
+        // Then the damaged one is quarantined when its operation is built, and the others run
+        second.queue.operationQueue.isSuspended = false
+        await second.queue.allOperationsFinished()
+        #expect(second.lines == ["keep-1 ran", "keep-2 ran"])
+        #expect(second.deliveredEvents().contains { if case .quarantined = $0 { true } else { false } })
+        #expect(try second.pendingRecords().isEmpty)
+    }
+
+    @Test func aPlainRecordWhoseIdentifierWasDamagedAfterTheJournalWasOpenedIsNotTakenForAnother() async throws {
+        // Given a launch that opened a store of three plain notes, whose journal is then
+        // damaged inside one note's identifier (another UUID, in canonical form)
+        let (second, ids) = try Self.openedStoreOfThreeNotes(middle: "damaged-id")
+        let id = ids[1].rawValue
+        let other = String(id.prefix(35)) + (id.last == "A" ? "B" : "A")
+        try Self.overwrite(id, with: other, in: second.directory)
+
+        // When it restores them
+        let report = try second.queue.restore()
+
+        // Then the damaged record is read in full, its checksum fails, and it is quarantined:
+        // no entry under another identifier; the others run
+        #expect(report.restored == [ids[0], ids[2]])
+        #expect(report.quarantined.count == 1)
+        second.queue.operationQueue.isSuspended = false
+        await second.queue.allOperationsFinished()
+        #expect(second.lines == ["keep-1 ran", "keep-2 ran"])
+        #expect(try second.pendingRecords().isEmpty)
+    }
 }

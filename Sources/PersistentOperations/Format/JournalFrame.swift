@@ -171,9 +171,10 @@ package struct JournalFrame: Sendable, Equatable {
     }
 
     /// Verifies the bytes at `offset` as a frame of the segment salted `salt` (of any segment
-    /// when `salt` is `nil`).
+    /// when `salt` is `nil`). `checkingBody: false` checks all but the checksum of its body
+    /// (for bytes whose whole frame was verified before: see `JournalStore.forEachPendingRecord`).
     static func verify(
-        _ bytes: UnsafeBufferPointer<UInt8>, at offset: Int, salt expectedSalt: UInt32?, maximumSize: Int
+        _ bytes: UnsafeBufferPointer<UInt8>, at offset: Int, salt expectedSalt: UInt32?, maximumSize: Int, checkingBody: Bool = true
     ) -> Result<Verified, Rejection> {
         let available = bytes.count - offset
         guard available >= headerSize else { return .failure(.tooShort(available: available)) }
@@ -191,9 +192,11 @@ package struct JournalFrame: Sendable, Equatable {
         guard size <= maximumSize else { return .failure(.tooLarge(size: size, maximum: maximumSize)) }
         guard size <= available else { return .failure(.pastEnd(size: size, available: available)) }
         let body = (offset + headerSize)..<(offset + size)
-        let frameCheck = CRC32.checksum(of: UnsafeBufferPointer(rebasing: bytes[body]), continuing: headerCheck)
-        guard frameCheck == UInt32(bytes.bigEndianValue(at: offset + 20, width: 4)) else {
-            return .failure(.frameChecksumMismatch)
+        if checkingBody {
+            let frameCheck = CRC32.checksum(of: UnsafeBufferPointer(rebasing: bytes[body]), continuing: headerCheck)
+            guard frameCheck == UInt32(bytes.bigEndianValue(at: offset + 20, width: 4)) else {
+                return .failure(.frameChecksumMismatch)
+            }
         }
         guard let kind = Kind(rawValue: bytes[offset + 8]) else { return .failure(.unknownKind(bytes[offset + 8])) }
         guard bytes[offset + 9] == 0, bytes[offset + 10] == 0, bytes[offset + 11] == 0 else {

@@ -560,6 +560,27 @@ extension OperationRecord {
             dates = (record.notBefore == nil ? 0 : 1) | (record.nextAttemptAt == nil ? 0 : 2)
         }
 
+        /// The compact form of the plain record `fields` (see
+        /// ``RecordFormat/plainFields(of:maximumSize:checksumVerified:typeIdentifiers:)``), or
+        /// `nil` when a count or its version does not fit.
+        package init?(plain fields: RecordFormat.PlainFields) {
+            guard let retries = Int32(exactly: fields.numberOfRetries), let attempts = Int32(exactly: fields.numberOfAttempts),
+                  let inFlight = Int32(exactly: fields.attemptsInFlight), let version = UInt8(exactly: fields.formatVersion)
+            else { return nil }
+            typeIdentifier = fields.typeIdentifier
+            extras = nil
+            priority = fields.priority
+            enqueueSequence = fields.enqueueSequence
+            enqueuedAt = fields.enqueuedAt
+            notBefore = fields.notBefore ?? 0
+            nextAttemptAt = fields.nextAttemptAt ?? 0
+            numberOfRetries = retries
+            numberOfAttempts = attempts
+            attemptsInFlight = inFlight
+            formatVersion = version
+            dates = (fields.notBefore == nil ? 0 : 1) | (fields.nextAttemptAt == nil ? 0 : 2)
+        }
+
         /// The record again, with the identifier `id` and no payload.
         package func record(id: String) -> OperationRecord {
             // Field by field, not through the record's initializer, which sets every rare

@@ -105,8 +105,20 @@ extension RecordFormat {
     /// let same = plain == expected   // true
     /// ```
     package static func plainRecord(of file: Data, maximumSize: Int = defaultMaximumRecordSize, checksumVerified: Bool) -> OperationRecord? {
+        var typeIdentifiers: [String] = []
+        return plainFields(of: file, maximumSize: maximumSize, checksumVerified: checksumVerified, typeIdentifiers: &typeIdentifiers)?.record
+    }
+
+    /// The fields of a plain record (see ``plainRecord(of:maximumSize:checksumVerified:)``),
+    /// its identifier as the bits of its UUID: no allocation for it, and none for a type
+    /// identifier among `typeIdentifiers` (the same `String` is used; a new one is added, up
+    /// to 64), so that a restore of a million records of a few types makes two strings, not
+    /// two million.
+    package static func plainFields(
+        of file: Data, maximumSize: Int = defaultMaximumRecordSize, checksumVerified: Bool, typeIdentifiers: inout [String]
+    ) -> PlainFields? {
         guard file.count <= maximumSize else { return nil }
-        return file.withUnsafeBytes { raw -> OperationRecord? in
+        return file.withUnsafeBytes { raw -> PlainFields? in
             let bytes = raw.bindMemory(to: UInt8.self)
             guard bytes.count > headerSize + 8 + 32, bytes.prefix(magic.count).elementsEqual(magic) else { return nil }
             let version = Int(read(bytes, 8, 2) ?? 0)
@@ -114,8 +126,51 @@ extension RecordFormat {
                   read(bytes, 12, 4) == UInt64(bytes.count - headerSize) else { return nil }
             let body = UnsafeBufferPointer(rebasing: bytes[headerSize...])
             guard checksumVerified || read(bytes, 16, 4) == UInt64(CRC32.checksum(of: body)) else { return nil }
-            return PropertyListPeek(body).plainRecord(version: version)
+            return PropertyListPeek(body).plainFields(version: version, typeIdentifiers: &typeIdentifiers)
         }
+    }
+
+    /// The fields of a record that has only the fields every record has (see
+    /// ``plainFields(of:maximumSize:checksumVerified:typeIdentifiers:)``).
+    package struct PlainFields: Equatable, Sendable {
+        /// The record's identifier, as the bits of the UUID it spells in canonical form.
+        package var key: UUIDBits
+        package var typeIdentifier: String
+        package var formatVersion: Int
+        package var priority: Int
+        package var enqueueSequence: UInt64
+        /// Seconds since the reference date.
+        package var enqueuedAt: Double
+        package var notBefore: Double?
+        package var nextAttemptAt: Double?
+        package var numberOfRetries: Int
+        package var numberOfAttempts: Int
+        package var attemptsInFlight: Int
+
+        /// The record's identifier.
+        package var id: String { RecordIdentifier.string(of: key) }
+
+        /// The record, without its payload.
+        package var record: OperationRecord {
+            OperationRecord.plain(
+                formatVersion: formatVersion, id: id, typeIdentifier: typeIdentifier, priority: priority, enqueueSequence: enqueueSequence,
+                enqueuedAt: Date(timeIntervalSinceReferenceDate: enqueuedAt), notBefore: notBefore.map(Date.init(timeIntervalSinceReferenceDate:)),
+                numberOfRetries: numberOfRetries, numberOfAttempts: numberOfAttempts,
+                nextAttemptAt: nextAttemptAt.map(Date.init(timeIntervalSinceReferenceDate:)), attemptsInFlight: attemptsInFlight
+            )
+        }
+
+        /// When it may next start (``OperationRecord/dueDate``): the later of its dates.
+        package var dueDate: Date? {
+            switch (notBefore, nextAttemptAt) {
+            case (let notBefore?, let next?): Date(timeIntervalSinceReferenceDate: max(notBefore, next))
+            case (let date?, nil), (nil, let date?): Date(timeIntervalSinceReferenceDate: date)
+            case (nil, nil): nil
+            }
+        }
+
+        /// Its place in the run order (``OperationRecord/runOrder``).
+        package var runOrder: RunOrder { RunOrder(priority: priority, enqueueSequence: enqueueSequence) }
     }
 
     fileprivate static func read(_ bytes: UnsafeBufferPointer<UInt8>, _ offset: Int, _ width: Int) -> UInt64? {
@@ -220,7 +275,7 @@ private struct PropertyListPeek {
         return RecordFormat.PayloadFields(id: id, typeIdentifier: typeIdentifier, payload: payload)
     }
 
-    func plainRecord(version: Int) -> OperationRecord? {
+    func plainFields(version: Int, typeIdentifiers: inout [String]) -> RecordFormat.PlainFields? {
         guard let top = topDictionary() else { return nil }
         // Each field once: a key twice is left to the full decode.
         var seen: UInt16 = 0
@@ -228,7 +283,7 @@ private struct PropertyListPeek {
             defer { seen |= bit }
             return seen & bit == 0
         }
-        var id: String?
+        var identifier: UUIDBits?
         var typeIdentifier: String?
         var formatVersion: Int64?
         var hasPayload = false
@@ -248,10 +303,12 @@ private struct PropertyListPeek {
                 guard first(1 << 0), let value = signedInteger(at: valueOffset) else { return nil }
                 formatVersion = value
             case "id":
-                guard first(1 << 1), let value = asciiString(at: valueOffset), RecordIdentifier.isValid(value) else { return nil }
-                id = value
+                // (A library-generated identifier: canonical, uppercase, as `RecordIdentifier.isValid`.)
+                guard first(1 << 1), let (count, start) = container(at: valueOffset, marker: 0x50), count == 36, start + count <= bytes.count,
+                      let value = RecordIdentifier.bits(utf8: UnsafeBufferPointer(rebasing: bytes[start..<(start + count)])) else { return nil }
+                identifier = value
             case "typeIdentifier":
-                guard first(1 << 2), let value = asciiString(at: valueOffset) else { return nil }
+                guard first(1 << 2), let value = asciiString(at: valueOffset, interningIn: &typeIdentifiers) else { return nil }
                 typeIdentifier = value
             case "payload":
                 guard first(1 << 3), let (length, start) = container(at: valueOffset, marker: 0x40), start + length <= bytes.count else { return nil }
@@ -293,14 +350,13 @@ private struct PropertyListPeek {
         if version < 5 {
             guard priority != nil, hasTags, retries != nil, attempts != nil, inFlight != nil else { return nil }
         }
-        guard formatVersion == Int64(version), let id, let typeIdentifier, hasPayload, let sequence, let enqueuedAt,
+        guard formatVersion == Int64(version), let identifier, let typeIdentifier, hasPayload, let sequence, let enqueuedAt,
               let priority = Int(exactly: priority ?? 0), let retries = Int(exactly: retries ?? 0),
               let attempts = Int(exactly: attempts ?? 0), let inFlight = Int(exactly: inFlight ?? 0) else { return nil }
-        return OperationRecord.plain(
-            formatVersion: version, id: id, typeIdentifier: typeIdentifier, priority: priority, enqueueSequence: sequence,
-            enqueuedAt: Date(timeIntervalSinceReferenceDate: enqueuedAt), notBefore: notBefore.map(Date.init(timeIntervalSinceReferenceDate:)),
-            numberOfRetries: retries, numberOfAttempts: attempts,
-            nextAttemptAt: nextAttemptAt.map(Date.init(timeIntervalSinceReferenceDate:)), attemptsInFlight: inFlight
+        return RecordFormat.PlainFields(
+            key: identifier, typeIdentifier: typeIdentifier, formatVersion: version, priority: priority, enqueueSequence: sequence,
+            enqueuedAt: enqueuedAt, notBefore: notBefore, nextAttemptAt: nextAttemptAt, numberOfRetries: retries,
+            numberOfAttempts: attempts, attemptsInFlight: inFlight
         )
     }
 
@@ -378,6 +434,22 @@ private struct PropertyListPeek {
         let characters = UnsafeBufferPointer(rebasing: bytes[start..<(start + count)])
         guard characters.allSatisfy({ $0 < 0x80 }) else { return nil }
         return String(decoding: characters, as: UTF8.self)
+    }
+
+    /// The ASCII string object at `offset`, as the element of `known` with the same
+    /// characters when there is one (no allocation), else as a new string added to `known`
+    /// (up to 64 of them).
+    private func asciiString(at offset: Int, interningIn known: inout [String]) -> String? {
+        guard let (count, start) = container(at: offset, marker: 0x50), count <= 256, start + count <= bytes.count else { return nil }
+        let characters = UnsafeBufferPointer(rebasing: bytes[start..<(start + count)])
+        for name in known {
+            var name = name
+            if name.withUTF8({ $0.elementsEqual(characters) }) { return name }
+        }
+        guard characters.allSatisfy({ $0 < 0x80 }) else { return nil }
+        let name = String(decoding: characters, as: UTF8.self)
+        if known.count < 64 { known.append(name) }
+        return name
     }
 
     /// The integer object at `offset` read as signed (1, 2 and 4 bytes are non-negative; 8 is

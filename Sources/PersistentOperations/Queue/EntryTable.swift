@@ -107,6 +107,18 @@ extension PersistentOperationQueue {
             }
         }
 
+        /// Adds `entry` under the canonical identifier `uuid`, with one lookup, unless the
+        /// table holds an entry of `uuid` already; returns whether it added it.
+        mutating func insertCompact(_ entry: Entry.Compact, uuid: UUIDBits) -> Bool {
+            if let existing = uuidPositions.updateValue(~Int32(compact.count), forKey: uuid) {
+                uuidPositions[uuid] = existing
+                return false
+            }
+            compact.append(entry)
+            compactIDs.append(uuid)
+            return true
+        }
+
         /// Makes the entry of `key` ready, when it is held compact and is being scheduled
         /// (``Entry/Phase/scheduled(_:)`` without a timer's call yet), without making it whole;
         /// returns whether it did. (A restore readies a backlog this way, see

@@ -94,11 +94,7 @@ extension PersistentOperationQueue {
         var keyed: [OperationRecord] = []
         // One copy of each type identifier for all the records of that type.
         var typeIdentifiers: Set<String> = []
-        let loaded = try store.loadPending(reservingCapacity: { count in
-            // Growing the table by doubling would briefly hold the old one beside the new.
-            state.withLock { $0.entries.reserveCapacity($0.entries.count + count) }
-            restored.reserveCapacity(count)
-        }, withoutPayloads: true) { record in
+        func take(_ record: OperationRecord) {
             if suspects[record.id] != nil { suspectsPending.insert(record.id) }
             if let batch = record.batchID {
                 guard committedBatches?.contains(batch) ?? true || batchesInProgress.contains(batch) else {
@@ -121,6 +117,16 @@ extension PersistentOperationQueue {
                 admitRestored(record, suspect: suspects[record.id], now: now, into: &restored, report: &report)
             }
         }
+        let loaded = try store.loadPending(reservingCapacity: { count in
+            // Growing the table by doubling would briefly hold the old one beside the new.
+            state.withLock { $0.entries.reserveCapacity($0.entries.count + count) }
+            restored.reserveCapacity(count)
+        }, plain: { fields in
+            // Most records: only the fields every record has, no crash evidence on file and
+            // nothing tracked before (see `admitPlain`); the others as any record.
+            if suspects.isEmpty, tracked.isEmpty, self.admitPlain(fields, into: &restored) { return }
+            take(fields.record)
+        }, each: take)
         // Records of interrupted batches that the migration to the journal dropped.
         report.discardedFromUncommittedBatches += store.takeRecordsDiscardedByMigration().map(PersistentOperationID.init(record:))
         for entry in loaded.quarantined {
@@ -278,6 +284,25 @@ extension PersistentOperationQueue {
         return report
     }
 
+    /// Tracks a plain restored record (only the fields every record has: no batch, unique key,
+    /// expiry, periodic series, prerequisites or lane) as ``admitRestored(_:suspect:now:into:report:)``
+    /// would when no crash evidence is on file and nothing was tracked before the restore,
+    /// straight from its fields: its entry made compact with no identifier text, and put in
+    /// the table with one lookup. Returns false, having changed nothing, when it must take the
+    /// general path (its type is not registered, or reads a later payload version; records of
+    /// unknown types are on file; its counts do not fit a compact entry; its key is taken).
+    private func admitPlain(_ fields: RecordFormat.PlainFields, into restored: inout [RestoredRecord]) -> Bool {
+        guard let record = OperationRecord.Compact(plain: fields) else { return false }
+        let entry = Entry.Compact(record: record, timerToken: nil, attemptsInFlight: 0, isReady: false)
+        let admitted = state.withLock { state -> Bool in
+            guard state.unknownTypeRecords.isEmpty, let type = state.registry[fields.typeIdentifier], type.payloadVersion >= 1 else { return false }
+            return state.entries.insertCompact(entry, uuid: fields.key)
+        }
+        guard admitted else { return false }
+        restored.append(RestoredRecord(key: .uuid(fields.key), typeIdentifier: fields.typeIdentifier, order: fields.runOrder, due: fields.dueDate))
+        return true
+    }
+
     /// The most restored records ``holdRestored(_:from:ended:window:)`` readies under one
     /// hold of the state lock.
     static let restoreHoldChunk = 4_096
@@ -355,6 +380,14 @@ extension PersistentOperationQueue {
                     runsAloneAfterOthers: runsAloneAfterOthers, expiresAt: expiresAt, conditions: conditions, lane: lane
                 )
             }
+        }
+
+        /// A record with none of the rare fields.
+        init(key: RecordKey, typeIdentifier: String, order: RunOrder, due: Date?) {
+            self.key = key
+            self.typeIdentifier = typeIdentifier
+            self.order = order
+            self.due = due
         }
 
         var id: String { key.string }

@@ -385,14 +385,18 @@ package final class JournalStore: Sendable {
     /// a few large sequential reads rather than one `pread` a record. Records changed or
     /// removed meanwhile are read as they are when their turn comes.
     ///
-    /// `withoutPayloads`: a record with only the fields every record has is read without its
-    /// payload and without checking the rest of its property list (``RecordFormat/plainRecord(of:maximumSize:checksumVerified:)``),
-    /// for a caller that keeps no payload (a restore); one that reads it later finds a damaged
-    /// record then.
+    /// `plain`: when given, a record with only the fields every record has goes to it instead,
+    /// read without its payload and without checking the rest of its property list
+    /// (``RecordFormat/plainFields(of:maximumSize:checksumVerified:typeIdentifiers:)``), for a
+    /// caller that keeps no payload (a restore). Its checksums are not computed again: its
+    /// frame was verified whole when the journal was opened, and the fields must name the
+    /// record the index lists there. A caller that reads the payload later verifies it then.
     ///
     /// - Returns: the records that could not be read, with the reason.
     @discardableResult
-    package func forEachPendingRecord(withoutPayloads: Bool = false, _ body: (OperationRecord) throws -> Void) throws -> [LoadReport.Entry] {
+    package func forEachPendingRecord(
+        plain: ((RecordFormat.PlainFields) throws -> Void)? = nil, _ body: (OperationRecord) throws -> Void
+    ) throws -> [LoadReport.Entry] {
         // Where each pending record lies (40 bytes a record), in the segments' order: a
         // filtered copy of the index would hold every index entry of the area a second time.
         var (files, order) = state.withLock { state -> ([JournalSegmentFile], [LocatedRecord]) in
@@ -409,9 +413,12 @@ package final class JournalStore: Sendable {
         }
         order.sort { ($0.segment, $0.offset) < ($1.segment, $1.offset) }
         var unreadable: [LoadReport.Entry] = []
-        func deliver(_ id: UUID, _ read: () throws -> OperationRecord) throws {
+        // One copy of each type identifier for the plain records.
+        var typeIdentifiers: [String] = []
+        /// `read` returns the record for `body`, or nil when it gave it to `plain`.
+        func deliver(_ id: UUID, _ read: () throws -> OperationRecord?) throws {
             do {
-                try body(try read())
+                if let record = try read() { try body(record) }
             } catch let error as PersistenceError where error.code == .recordNotFound {
                 return
             } catch let error as PersistenceError where error.code == .corruptRecord || error.code == .readFailed {
@@ -422,13 +429,21 @@ package final class JournalStore: Sendable {
             switch how {
             case .bytes(let bytes, let location, let file):
                 try deliver(record.id) {
+                    // A plain record's frame (its own, or its batch's) was verified whole when the
+                    // journal was opened (an entry of the index is made only from a verified frame,
+                    // or from one this process wrote): its fields are read without computing a
+                    // checksum again, and must name the record listed here. Its payload is
+                    // verified when it is read to build the operation, as every record's is.
+                    if let plain, let body = try? recordBytes(location, in: file, from: bytes, checkingBody: false),
+                       let fields = RecordFormat.plainFields(
+                           of: body, maximumSize: configuration.maximumRecordSize, checksumVerified: true, typeIdentifiers: &typeIdentifiers
+                       ),
+                       fields.key.uuid == record.id {
+                        try plain(fields)
+                        return nil
+                    }
                     // Slices, not copies: the decode copies the record's bytes once, for its parser.
                     let recordBytes = try recordBytes(location, in: file, from: bytes)
-                    if withoutPayloads, let plain = RecordFormat.plainRecord(
-                        of: recordBytes, maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame
-                    ) {
-                        return plain
-                    }
                     return try RecordFormat.decode(recordBytes, maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame)
                 }
             case .readAlone:
@@ -499,7 +514,7 @@ package final class JournalStore: Sendable {
         }
     }
 
-    /// Where a pending record lies, for ``forEachPendingRecord(withoutPayloads:_:)``: `segment` is the
+    /// Where a pending record lies, for ``forEachPendingRecord(plain:_:)``: `segment` is the
     /// position of its segment's name in sorted order, -1 when the segment is not open.
     private struct LocatedRecord {
         var id: UUID
@@ -619,10 +634,14 @@ package final class JournalStore: Sendable {
 
     /// The record of `bytes`, read from `location` in `file`: for a whole frame, its body once
     /// its checks pass. A slice of `bytes`, not a copy (its indices are those of `bytes`).
-    func recordBytes(_ location: JournalIndex.Location, in file: JournalSegmentFile, from bytes: Data) throws -> Data {
+    /// `checkingBody: false`: all but the checksum of the frame's body is checked (see
+    /// ``forEachPendingRecord(plain:_:)``).
+    func recordBytes(_ location: JournalIndex.Location, in file: JournalSegmentFile, from bytes: Data, checkingBody: Bool = true) throws -> Data {
         guard location.isFrame else { return bytes }
         let verified = bytes.withUnsafeBytes { raw in
-            JournalFrame.verify(raw.bindMemory(to: UInt8.self), at: 0, salt: file.salt, maximumSize: configuration.maximumFrameSize)
+            JournalFrame.verify(
+                raw.bindMemory(to: UInt8.self), at: 0, salt: file.salt, maximumSize: configuration.maximumFrameSize, checkingBody: checkingBody
+            )
         }
         switch verified {
         case .success(let frame):

@@ -36,16 +36,16 @@ extension RecordStore {
     /// `body` as it is read (in no particular order) instead of collecting them, so that a
     /// caller keeping only part of each never holds every record at once. `reserve` is first
     /// told how many entries the directory holds, at most the number of records to come. The
-    /// returned report's ``LoadReport/records`` is empty. `withoutPayloads`: the caller keeps
-    /// no payload, and records of the journal may come without theirs (see
-    /// ``JournalStore/forEachPendingRecord(withoutPayloads:_:)``).
+    /// returned report's ``LoadReport/records`` is empty. `plain`: for a caller that keeps no
+    /// payload, takes the journal's plain records instead of `body`, as their fields (see
+    /// ``JournalStore/forEachPendingRecord(plain:_:)``).
     package func loadPending(
         reservingCapacity reserve: (Int) -> Void = { _ in },
-        withoutPayloads: Bool = false,
+        plain: ((RecordFormat.PlainFields) throws -> Void)? = nil,
         each body: (OperationRecord) throws -> Void
     ) throws -> LoadReport {
         if let (journal, filesToo) = try readableJournal() {
-            return try loadJournalPending(journal, filesToo: filesToo, reservingCapacity: reserve, withoutPayloads: withoutPayloads, each: body)
+            return try loadJournalPending(journal, filesToo: filesToo, reservingCapacity: reserve, plain: plain, each: body)
         }
         return try loadArea(.pending, finishingMovesTo: .failed, where: { $0.failureReason != nil }, reservingCapacity: reserve, each: body)
     }
@@ -53,7 +53,7 @@ extension RecordStore {
     /// Loads the journal's pending records, with what open found; a read-only store of a
     /// store not completely migrated also reads the earlier layout's (the journal's copy wins).
     private func loadJournalPending(
-        _ journal: JournalStore, filesToo: Bool, reservingCapacity reserve: (Int) -> Void, withoutPayloads: Bool,
+        _ journal: JournalStore, filesToo: Bool, reservingCapacity reserve: (Int) -> Void, plain: ((RecordFormat.PlainFields) throws -> Void)?,
         each body: (OperationRecord) throws -> Void
     ) throws -> LoadReport {
         var report = LoadReport()
@@ -63,7 +63,7 @@ extension RecordStore {
         }
         if access == .readOnly { findings = journal.openReport.skipped }
         reserve(journal.pendingCount)
-        let unreadable = try journal.forEachPendingRecord(withoutPayloads: withoutPayloads, body)
+        let unreadable = try journal.forEachPendingRecord(plain: plain, body)
         if filesToo {
             let fileReport = try loadArea(.pending, reservingCapacity: { _ in }) { record in
                 if !journal.contains(id: record.id), record.failureReason == nil { try body(record) }
