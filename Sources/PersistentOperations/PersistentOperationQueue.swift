@@ -67,6 +67,8 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         var registry: [String: RegisteredType] = [:]
         var entries = EntryTable()
         var idsByOperation: [ObjectIdentifier: String] = [:]
+        /// Where the next sweep for released parked operations starts (see `+Release`).
+        var releaseSweepPosition = 0
         var unknownTypeRecords: [String: UnknownTypeRecord] = [:]
         var isClosed = false
         /// ``PersistentOperationQueue/shutDown(gracePeriod:stopGracePeriod:)`` began: nothing

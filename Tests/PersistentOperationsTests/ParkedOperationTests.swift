@@ -117,6 +117,37 @@ struct ParkedOperationTests {
         #expect(Set(fixture.lines).count == 300)
     }
 
+    @Test func theEntriesOfParkedOperationsTheAppLetGoOfAreHeldCompactOnceLaterAddsLookAtThem() async throws {
+        // Given a suspended queue, one attempt at a time, and 300 uploads added at once that
+        // the app does not keep (a window of them given slots, the rest parked)
+        let fixture = try QueueFixture(suspended: true)
+        let references = try { () -> [WeakReference<ScriptedUpload>] in
+            let uploads = (0..<300).map { fixture.upload("u\($0)") }
+            _ = try fixture.queue.addOperations(uploads)
+            return uploads.map(WeakReference.init)
+        }()
+        let gone = references.filter { $0.object == nil }.count
+        #expect(gone > 0)
+        let before = fixture.queue.state.withLock { (compact: $0.entries.compactCount, keys: $0.idsByOperation.count) }
+        #expect(before.compact == 0)
+
+        // When the app adds more, one at a time (each add looks at a few whole entries)
+        for index in 0..<200 {
+            try fixture.queue.addOperation(fixture.upload("later\(index)"))
+        }
+
+        // Then the entries of the uploads that are gone keep no key of them and are held
+        // compact; those given slots, and the later ones the app still held, are whole
+        let after = fixture.queue.state.withLock { (compact: $0.entries.compactCount, keys: $0.idsByOperation.count) }
+        #expect(after.compact >= gone)
+        #expect(after.keys <= before.keys + 200 - gone)
+
+        // And when the queue runs, every one of them runs once, in the order added
+        fixture.queue.operationQueue.isSuspended = false
+        #expect(try await eventually(seconds: 30) { try fixture.lines.count == 500 && fixture.pendingRecords().isEmpty })
+        #expect(fixture.lines.map { $0.components(separatedBy: "#")[0] } == (0..<300).map { "u\($0)" } + (0..<200).map { "later\($0)" })
+    }
+
     @Test func operationsWithACompletionBlockDependenciesOrNoObservableCancelAreNotParked() async throws {
         // Given, all due in a minute and none kept by the app: an upload with a completion
         // block, an upload with a dependency, and a plain operation

@@ -119,6 +119,31 @@ extension PersistentOperationQueue {
             return true
         }
 
+        /// Looks at up to `budget` whole entries from position `start` on (going round to the
+        /// first), calls `release` on each that `isReleased` picks, in place with its
+        /// identifier, and holds it compact when it then has nothing but its record. Returns the
+        /// position to go on from next time.
+        mutating func sweepWholeEntries(
+            from start: Int, budget: Int, isReleased: (Entry) -> Bool, release: (inout Entry, String) -> Void
+        ) -> Int {
+            var index = start
+            var looked = 0
+            while looked < budget, !full.isEmpty {
+                if index >= full.count { index = 0 }
+                looked += 1
+                guard isReleased(full[index]!) else {
+                    index += 1
+                    continue
+                }
+                let wholeCount = full.count
+                release(&full[index]!, fullIDs[index])
+                settleFull(at: index, key: RecordKey(fullIDs[index]))
+                // Made compact: the last whole entry moved into `index`, to be looked at next.
+                if full.count == wholeCount { index += 1 }
+            }
+            return index
+        }
+
         /// Makes the entry of `key` ready, when it is held compact and is being scheduled
         /// (``Entry/Phase/scheduled(_:)`` without a timer's call yet), without making it whole;
         /// returns whether it did. (A restore readies a backlog this way, see

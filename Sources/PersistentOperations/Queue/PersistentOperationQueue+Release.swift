@@ -16,6 +16,11 @@ import Foundation
 //   (`operationWasCancelled`): the cancelled object is the one its slot starts, and it finishes
 //   cancelled, even if the app lets go of it right after the call.
 //
+// - The entry of a parked operation that is gone keeps nothing of it: each add looks at a few
+//   whole entries (twice as many as it adds, from where the last add stopped) and drops the
+//   operation's key of those whose parked operation no longer exists, so that an entry left
+//   with nothing but its record is held compact (96 bytes), as a restored one is.
+//
 // Never parked, because they carry what a payload cannot rebuild or a cancel the queue would not
 // see: operations added with `EnqueueOptions.keepsOperationAlive`, those with a completion block
 // or dependencies (a dependency is held by its dependent), plain `Operation`s (their cancel
@@ -45,6 +50,22 @@ extension PersistentOperationQueue {
                     }
                 }
             }
+        }
+    }
+
+    /// Under the lock: looks at up to `budget` whole entries, from where the last sweep
+    /// stopped, and lets go of the key of each parked operation that no longer exists (the
+    /// app let go of it): an entry left with nothing but its record is then held compact.
+    func sweepReleasedOperations(budget: Int, in state: inout State) {
+        var released: [(key: ObjectIdentifier, id: String)] = []
+        state.releaseSweepPosition = state.entries.sweepWholeEntries(from: state.releaseSweepPosition, budget: budget) { entry in
+            entry.operation == nil && entry.operationKey != nil && entry.parkedOperation == nil
+        } release: { entry, id in
+            if let key = entry.operationKey { released.append((key, id)) }
+            entry.operationKey = nil
+        }
+        for (key, id) in released where state.idsByOperation[key] == id {
+            state.idsByOperation[key] = nil
         }
     }
 

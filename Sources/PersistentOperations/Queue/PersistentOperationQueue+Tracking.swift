@@ -36,6 +36,9 @@ extension PersistentOperationQueue {
             scheduleLinked(item.record.id, due: item.record.dueDate, ended: linked.ended, laneAhead: linked.lane.ahead)
             if let expiresAt = item.record.expiresAt { armExpiry(of: item.record.id, at: expiresAt) }
         }
+        // Parked operations of earlier adds that the app has let go of since: their entries
+        // let go of them too, a few for each one added (see `+Release`).
+        state.withLock { sweepReleasedOperations(budget: 2 * added.count + 16, in: &$0) }
         let parkable = zip(added, mayPark).filter(\.1).map(\.0)
         guard !parkable.isEmpty else { return }
         parkIfWaiting(parkable.map(\.record.id))
