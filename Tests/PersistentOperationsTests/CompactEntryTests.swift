@@ -178,25 +178,32 @@ struct CompactEntryTests {
                 record: try #require(OperationRecord.Compact(plain: fields)), timerToken: nil, attemptsInFlight: 0, isReady: false
             )
             let added = table.insertCompact(entry, uuid: fields.key)
-            #expect(added)
+            #expect(added == Int32(index))
             // Then a second entry of the same identifier is refused, and the first one stays
             let addedTwice = table.insertCompact(entry, uuid: fields.key)
-            #expect(!addedTwice)
+            #expect(addedTwice == nil)
             records.append(record)
         }
         // (One copy of each type identifier.)
         #expect(typeIdentifiers == ["com.example.a", "com.example.b"])
         #expect(table.count == records.count && table.compactCount == records.count)
-        for record in records {
-            // It reads back as the record's own entry, scheduled, and is readied once
+        for (index, record) in records.enumerated() {
+            // It reads back as the record's own entry, scheduled, and is readied once (where
+            // it was put, or, given another entry's position, found by its identifier)
             let read = try #require(table[record.id])
             #expect(read.record == record && read.attemptsInFlight == 0)
             #expect(Self.describe(read.phase) == "scheduled")
-            let readied = table.readyIfBeingScheduled(RecordKey(record.id))
-            let readiedTwice = table.readyIfBeingScheduled(RecordKey(record.id))
+            let readied = table.readyIfBeingScheduled(RecordKey(record.id), hint: index.isMultiple(of: 2) ? Int32(index) : 0)
+            let readiedTwice = table.readyIfBeingScheduled(RecordKey(record.id), hint: Int32(index))
             #expect(readied && !readiedTwice)
             #expect(Self.describe(try #require(table[record.id]).phase) == "ready")
         }
+    }
+
+    @Test func whatARestoreKeepsOfARecordUntilItIsScheduledTakes80Bytes() {
+        // (Its compact entry's position sits in the padding after its due date.)
+        #expect(MemoryLayout<PersistentOperationQueue.RestoredRecord>.stride == 80)
+        #expect(MemoryLayout<PersistentOperationQueue.Entry.Compact>.stride == 96)
     }
 
     /// The phase, with the identity of its timer token.

@@ -108,15 +108,17 @@ extension PersistentOperationQueue {
         }
 
         /// Adds `entry` under the canonical identifier `uuid`, with one lookup, unless the
-        /// table holds an entry of `uuid` already; returns whether it added it.
-        mutating func insertCompact(_ entry: Entry.Compact, uuid: UUIDBits) -> Bool {
-            if let existing = uuidPositions.updateValue(~Int32(compact.count), forKey: uuid) {
+        /// table holds an entry of `uuid` already; returns where it put it (a hint for
+        /// ``readyIfBeingScheduled(_:hint:)``), or nil when it did not add it.
+        mutating func insertCompact(_ entry: Entry.Compact, uuid: UUIDBits) -> Int32? {
+            let index = Int32(compact.count)
+            if let existing = uuidPositions.updateValue(~index, forKey: uuid) {
                 uuidPositions[uuid] = existing
-                return false
+                return nil
             }
             compact.append(entry)
             compactIDs.append(uuid)
-            return true
+            return index
         }
 
         /// Looks at up to `budget` whole entries from position `start` on (going round to the
@@ -147,10 +149,17 @@ extension PersistentOperationQueue {
         /// Makes the entry of `key` ready, when it is held compact and is being scheduled
         /// (``Entry/Phase/scheduled(_:)`` without a timer's call yet), without making it whole;
         /// returns whether it did. (A restore readies a backlog this way, see
-        /// `holdRestored(_:from:ended:now:)`.)
-        mutating func readyIfBeingScheduled(_ key: RecordKey) -> Bool {
-            guard let position = position(of: key), position < 0 else { return false }
-            let index = ~Int(position)
+        /// `holdRestored(_:from:ended:now:)`.) `hint`: where ``insertCompact(_:uuid:)`` put it;
+        /// used without a lookup when the entry is still there (a compact entry moves when
+        /// another one is removed).
+        mutating func readyIfBeingScheduled(_ key: RecordKey, hint: Int32? = nil) -> Bool {
+            let index: Int
+            if let hint, case .uuid(let uuid) = key, hint >= 0, Int(hint) < compactIDs.count, compactIDs[Int(hint)] == uuid {
+                index = Int(hint)
+            } else {
+                guard let position = position(of: key), position < 0 else { return false }
+                index = ~Int(position)
+            }
             // (In place: a copy of the entry would retain and release what it holds.)
             guard !compact[index].isReady, compact[index].timerToken == nil else { return false }
             compact[index].isReady = true

@@ -294,12 +294,14 @@ extension PersistentOperationQueue {
     private func admitPlain(_ fields: RecordFormat.PlainFields, into restored: inout [RestoredRecord]) -> Bool {
         guard let record = OperationRecord.Compact(plain: fields) else { return false }
         let entry = Entry.Compact(record: record, timerToken: nil, attemptsInFlight: 0, isReady: false)
-        let admitted = state.withLock { state -> Bool in
-            guard state.unknownTypeRecords.isEmpty, let type = state.registry[fields.typeIdentifier], type.payloadVersion >= 1 else { return false }
+        let position = state.withLock { state -> Int32? in
+            guard state.unknownTypeRecords.isEmpty, let type = state.registry[fields.typeIdentifier], type.payloadVersion >= 1 else { return nil }
             return state.entries.insertCompact(entry, uuid: fields.key)
         }
-        guard admitted else { return false }
-        restored.append(RestoredRecord(key: .uuid(fields.key), typeIdentifier: fields.typeIdentifier, order: fields.runOrder, due: fields.dueDate))
+        guard let position else { return false }
+        var admitted = RestoredRecord(key: .uuid(fields.key), typeIdentifier: fields.typeIdentifier, order: fields.runOrder, due: fields.dueDate)
+        admitted.compactPosition = position
+        restored.append(admitted)
         return true
     }
 
@@ -323,7 +325,7 @@ extension PersistentOperationQueue {
             while index < end {
                 let record = restored[index]
                 guard record.isPlain, ended[index] == nil, record.due.map({ $0 <= now }) ?? true,
-                      state.entries.readyIfBeingScheduled(record.key)
+                      state.entries.readyIfBeingScheduled(record.key, hint: record.compactPosition >= 0 ? record.compactPosition : nil)
                 else { break }
                 state.ready.insert(ReadySlot(key: record.key, order: record.order))
                 index += 1
@@ -332,12 +334,16 @@ extension PersistentOperationQueue {
         }
     }
 
-    /// What ``restore()`` keeps of a restored record until it is scheduled: 72 bytes, with
+    /// What ``restore()`` keeps of a restored record until it is scheduled: 80 bytes, with
     /// what few records have (prerequisites, crash evidence, an expiration date, run
     /// conditions) out of line, so that a restore of a million holds no more than it must.
     struct RestoredRecord {
         /// The record's identifier, held without an allocation (see `RecordKey`).
         private(set) var key: RecordKey
+        /// Where the queue's table put its compact entry when a restore admitted it from its
+        /// fields (see `EntryTable.readyIfBeingScheduled(_:hint:)`), else -1. (In the padding
+        /// after `key`.)
+        var compactPosition: Int32 = -1
         var typeIdentifier: String
         var order: RunOrder
         var due: Date?
