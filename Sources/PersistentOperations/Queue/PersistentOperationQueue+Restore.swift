@@ -222,10 +222,15 @@ extension PersistentOperationQueue {
             }
         }
         // Every restored entry exists before any is linked, so prerequisites among them are found.
-        let (ended, laneTurns, positionsInLanes) = state.withLock { state -> ([(id: String, ending: Entry.Ending)?], [(id: String, due: Date?)], [String: Int]) in
+        let (ended, laneTurns, positionsInLanes) = state.withLock { state -> ([Int: (id: String, ending: Entry.Ending)], [(id: String, due: Date?)], [String: Int]) in
             state.isolation += isolated
             state.isolationAfterOthers += isolatedAfterOthers
-            let ended = restored.map { link($0.id, to: $0.prerequisites, in: &state) }
+            // The prerequisites that ended badly, by position in `restored` (only records with
+            // prerequisites have any: a list for every record would hold a million nils).
+            var ended: [Int: (id: String, ending: Entry.Ending)] = [:]
+            for index in restored.indices where !restored[index].prerequisites.isEmpty {
+                ended[index] = link(restored[index].id, to: restored[index].prerequisites, in: &state)
+            }
             state.hasRestored = true
             state.storedLanes = nil
             guard !laneMembers.isEmpty || !state.lanes.isEmpty else { return (ended, [], [:]) }
@@ -315,7 +320,7 @@ extension PersistentOperationQueue {
     /// their turn (no operation runs alone, no pause, no fair sharing): each goes straight
     /// into `ready`, at most ``restoreHoldChunk`` under one hold of the lock. Returns how many
     /// it readied; 0 when the first must be scheduled one at a time.
-    private func holdRestored(_ restored: [RestoredRecord], from start: Int, ended: [(id: String, ending: Entry.Ending)?], window: Int) -> Int {
+    private func holdRestored(_ restored: [RestoredRecord], from start: Int, ended: [Int: (id: String, ending: Entry.Ending)], window: Int) -> Int {
         guard configuration.fairShareTagPrefix == nil else { return 0 }
         let end = min(restored.count, start + Self.restoreHoldChunk)
         let now = timer.now
@@ -324,7 +329,7 @@ extension PersistentOperationQueue {
             var index = start
             while index < end {
                 let record = restored[index]
-                guard record.isPlain, ended[index] == nil, record.due.map({ $0 <= now }) ?? true,
+                guard record.isPlain, ended.isEmpty || ended[index] == nil, record.due.map({ $0 <= now }) ?? true,
                       state.entries.readyIfBeingScheduled(record.key, hint: record.compactPosition >= 0 ? record.compactPosition : nil)
                 else { break }
                 state.ready.insert(ReadySlot(key: record.key, order: record.order))
