@@ -202,33 +202,33 @@ private struct PropertyListPeek {
         for index in 0..<top.count {
             guard let (key, valueOffset) = top.entry(index) else { return nil }
             switch key {
-            case "id":
+            case .id:
                 id = identifier(at: valueOffset)
-            case "enqueueSequence":
+            case .enqueueSequence:
                 sequence = unsignedInteger(at: valueOffset)
-            case "priority":
+            case .priority:
                 guard let value = signedInteger(at: valueOffset) else { return nil }
                 priority = Int(exactly: value)
-            case "formatVersion":
+            case .formatVersion:
                 guard let value = signedInteger(at: valueOffset) else { return nil }
                 formatVersion = Int(exactly: value)
-            case "typeIdentifier":
+            case .typeIdentifier:
                 // A type identifier that is not ASCII is read by the full decode.
                 typeIdentifier = asciiString(at: valueOffset)
-            case "attemptsInFlight":
+            case .attemptsInFlight:
                 guard let value = signedInteger(at: valueOffset) else { return nil }
                 attemptsInFlight = Int(exactly: value)
-            case "notBefore":
+            case .notBefore:
                 guard let value = date(at: valueOffset) else { return nil }
                 notBefore = value
-            case "nextAttemptAt":
+            case .nextAttemptAt:
                 guard let value = date(at: valueOffset) else { return nil }
                 nextAttemptAt = value
-            case "idempotencyKey":
+            case .idempotencyKey:
                 // A key that is not ASCII, or longer than 256 bytes, is read by the full decode.
                 guard let value = asciiString(at: valueOffset) else { return nil }
                 idempotencyKey = value
-            case "repeatInterval":
+            case .repeatInterval:
                 // Read from version 4 on (an earlier record's field is ignored, as the decoder does).
                 isPeriodic = version >= 4
             default:
@@ -255,15 +255,15 @@ private struct PropertyListPeek {
         for index in 0..<top.count {
             guard let (key, valueOffset) = top.entry(index) else { return nil }
             switch key {
-            case "id":
+            case .id:
                 // (A key twice, or anything unexpected: the full decode says what is wrong.)
                 guard id == nil else { return nil }
                 id = identifier(at: valueOffset)
-            case "typeIdentifier":
+            case .typeIdentifier:
                 // A type identifier that is not ASCII is read by the full decode.
                 guard typeIdentifier == nil else { return nil }
                 typeIdentifier = asciiString(at: valueOffset)
-            case "payload":
+            case .payload:
                 guard payload == nil, let (length, start) = container(at: valueOffset, marker: 0x40),
                       start + length <= bytes.count else { return nil }
                 payload = Data(UnsafeBufferPointer(rebasing: bytes[start..<(start + length)]))
@@ -299,46 +299,46 @@ private struct PropertyListPeek {
         for index in 0..<top.count {
             guard let (key, valueOffset) = top.entry(index) else { return nil }
             switch key {
-            case "formatVersion":
+            case .formatVersion:
                 guard first(1 << 0), let value = signedInteger(at: valueOffset) else { return nil }
                 formatVersion = value
-            case "id":
+            case .id:
                 // (A library-generated identifier: canonical, uppercase, as `RecordIdentifier.isValid`.)
                 guard first(1 << 1), let (count, start) = container(at: valueOffset, marker: 0x50), count == 36, start + count <= bytes.count,
                       let value = RecordIdentifier.bits(utf8: UnsafeBufferPointer(rebasing: bytes[start..<(start + count)])) else { return nil }
                 identifier = value
-            case "typeIdentifier":
+            case .typeIdentifier:
                 guard first(1 << 2), let value = asciiString(at: valueOffset, interningIn: &typeIdentifiers) else { return nil }
                 typeIdentifier = value
-            case "payload":
+            case .payload:
                 guard first(1 << 3), let (length, start) = container(at: valueOffset, marker: 0x40), start + length <= bytes.count else { return nil }
                 hasPayload = true
-            case "enqueueSequence":
+            case .enqueueSequence:
                 guard first(1 << 4), let value = unsignedInteger(at: valueOffset) else { return nil }
                 sequence = value
-            case "enqueuedAt":
+            case .enqueuedAt:
                 guard first(1 << 5), let value = date(at: valueOffset) else { return nil }
                 enqueuedAt = value
-            case "priority":
+            case .priority:
                 guard first(1 << 6), let value = signedInteger(at: valueOffset) else { return nil }
                 priority = value
-            case "numberOfRetries":
+            case .numberOfRetries:
                 guard first(1 << 7), let value = signedInteger(at: valueOffset) else { return nil }
                 retries = value
-            case "numberOfAttempts":
+            case .numberOfAttempts:
                 guard first(1 << 8), let value = signedInteger(at: valueOffset) else { return nil }
                 attempts = value
-            case "attemptsInFlight":
+            case .attemptsInFlight:
                 guard first(1 << 9), let value = signedInteger(at: valueOffset) else { return nil }
                 inFlight = value
-            case "tags":
+            case .tags:
                 // An empty list only (a record with tags is read in full).
                 guard first(1 << 10), let (count, _) = container(at: valueOffset, marker: 0xA0), count == 0 else { return nil }
                 hasTags = true
-            case "notBefore":
+            case .notBefore:
                 guard first(1 << 11), let value = date(at: valueOffset) else { return nil }
                 notBefore = value
-            case "nextAttemptAt":
+            case .nextAttemptAt:
                 guard first(1 << 12), let value = date(at: valueOffset) else { return nil }
                 nextAttemptAt = value
             default:
@@ -374,10 +374,10 @@ private struct PropertyListPeek {
 
         /// The key of entry `index` (ASCII, as every key of a record is) and where its value
         /// starts, when both are within bounds.
-        func entry(_ index: Int) -> (key: String, valueOffset: Int)? {
+        func entry(_ index: Int) -> (key: Key, valueOffset: Int)? {
             guard let keyReference = peek.read(references + index * referenceSize, referenceSize),
                   let valueReference = peek.read(references + (count + index) * referenceSize, referenceSize),
-                  let keyOffset = offset(keyReference), let key = peek.asciiString(at: keyOffset),
+                  let keyOffset = offset(keyReference), let key = peek.key(at: keyOffset),
                   let valueOffset = offset(valueReference) else { return nil }
             return (key, valueOffset)
         }
@@ -426,6 +426,45 @@ private struct PropertyListPeek {
     private func identifier(at offset: Int) -> UUID? {
         guard let (count, start) = container(at: offset, marker: 0x50), count == 36, start + count <= bytes.count else { return nil }
         return RecordIdentifier.uuid(utf8: UnsafeBufferPointer(rebasing: bytes[start..<(start + count)]))
+    }
+
+    /// A key of a record's top dictionary that a peek reads, or `other`.
+    enum Key {
+        case id, tags, payload, priority, notBefore, enqueuedAt, formatVersion, nextAttemptAt, typeIdentifier, idempotencyKey
+        case repeatInterval, enqueueSequence, numberOfRetries, numberOfAttempts, attemptsInFlight, other
+
+        /// The key the ASCII `bytes` spell: compared as bytes, by length first, with no
+        /// `String` made (a peek reads about ten keys a record).
+        init(_ bytes: UnsafeBufferPointer<UInt8>) {
+            func spells(_ name: StaticString) -> Bool {
+                UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount).elementsEqual(bytes)
+            }
+            switch bytes.count {
+            case 2: self = spells("id") ? .id : .other
+            case 4: self = spells("tags") ? .tags : .other
+            case 7: self = spells("payload") ? .payload : .other
+            case 8: self = spells("priority") ? .priority : .other
+            case 9: self = spells("notBefore") ? .notBefore : .other
+            case 10: self = spells("enqueuedAt") ? .enqueuedAt : .other
+            case 13: self = spells("formatVersion") ? .formatVersion : spells("nextAttemptAt") ? .nextAttemptAt : .other
+            case 14:
+                self = spells("typeIdentifier") ? .typeIdentifier : spells("idempotencyKey") ? .idempotencyKey
+                    : spells("repeatInterval") ? .repeatInterval : .other
+            case 15: self = spells("enqueueSequence") ? .enqueueSequence : spells("numberOfRetries") ? .numberOfRetries : .other
+            case 16: self = spells("numberOfAttempts") ? .numberOfAttempts : spells("attemptsInFlight") ? .attemptsInFlight : .other
+            default: self = .other
+            }
+        }
+    }
+
+    /// The key the ASCII string object at `offset` spells (nil for one that is not an ASCII
+    /// string of at most 256 bytes, as ``asciiString(at:)``).
+    fileprivate func key(at offset: Int) -> Key? {
+        guard let (count, start) = container(at: offset, marker: 0x50), count <= 256, start + count <= bytes.count else { return nil }
+        let characters = UnsafeBufferPointer(rebasing: bytes[start..<(start + count)])
+        let key = Key(characters)
+        guard key != .other || characters.allSatisfy({ $0 < 0x80 }) else { return nil }
+        return key
     }
 
     /// The ASCII string object at `offset` (keys and identifiers are ASCII).
