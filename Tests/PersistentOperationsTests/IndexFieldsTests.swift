@@ -7,11 +7,25 @@ import Testing
 /// verified when it is loaded.
 @Suite(.timeLimit(.minutes(10)))   // the heavy workloads share two cores under Thread Sanitizer in CI: a limit that catches a hang, not a slow machine
 struct IndexFieldsTests {
+    /// The golden record files of every format version (`Fixtures/`).
+    static let goldenRecordNames = ["v1-minimal.record", "v1-full.record", "v1-failed.record", "v2-dependent.record", "v2-failed-dependent.record", "v3-expiring.record", "v4-periodic.record", "v5-defaults.record", "v5-full.record"]
+
+    /// A record file whose body is the dictionary `entries`, with a header that checks.
+    static func recordFile(_ entries: [String: PropertyListValue], formatVersion: Int) -> Data {
+        let body = BinaryPropertyListWriter.data(for: .dictionary(entries))
+        var file = Data(RecordFormat.magic)
+        file.append(contentsOf: [0, UInt8(formatVersion), 0, 0])
+        withUnsafeBytes(of: UInt32(body.count).bigEndian) { file.append(contentsOf: $0) }
+        withUnsafeBytes(of: CRC32.checksum(of: body).bigEndian) { file.append(contentsOf: $0) }
+        file.append(body)
+        return file
+    }
+
     static func fields(_ record: OperationRecord) -> RecordFormat.IndexFields {
         .init(record, id: RecordIdentifier.uuid(record.id)!)
     }
 
-    @Test(arguments: ["v1-minimal.record", "v1-full.record", "v1-failed.record", "v2-dependent.record", "v2-failed-dependent.record", "v3-expiring.record", "v4-periodic.record", "v5-defaults.record", "v5-full.record"])
+    @Test(arguments: IndexFieldsTests.goldenRecordNames)
     func theFieldsOfEveryGoldenRecordAreThoseOfItsFullDecode(name: String) throws {
         let file = try Data(contentsOf: GoldenFileTests.fixtureURL(name))
         let record = try RecordFormat.decode(file)
@@ -146,12 +160,7 @@ struct IndexFieldsTests {
             for record in good { try store.add(record) }
             guard case .dictionary(var entries) = bad.propertyListValue else { Issue.record("not a dictionary"); return }
             entries["tags"] = .integer(7)
-            let body = BinaryPropertyListWriter.data(for: .dictionary(entries))
-            var file = Data(RecordFormat.magic)
-            file.append(contentsOf: [0, UInt8(bad.formatVersion), 0, 0])
-            withUnsafeBytes(of: UInt32(body.count).bigEndian) { file.append(contentsOf: $0) }
-            withUnsafeBytes(of: CRC32.checksum(of: body).bigEndian) { file.append(contentsOf: $0) }
-            file.append(body)
+            let file = Self.recordFile(entries, formatVersion: bad.formatVersion)
             #expect(RecordFormat.indexFields(of: file) == Self.fields(bad))
             #expect(throws: PersistenceError.self) { try RecordFormat.decode(file) }
             try store.append(JournalFrame(kind: .put, body: file), flushes: true) { _ in } apply: { _, _, _, _ in }

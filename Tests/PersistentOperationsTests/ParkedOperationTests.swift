@@ -97,15 +97,18 @@ struct ParkedOperationTests {
         })
     }
 
+    /// Adds `count` uploads (`u0`, `u1`, …) at once, keeping none of them: weak references.
+    static func addUnkeptUploads(_ count: Int, to fixture: QueueFixture) throws -> [WeakReference<ScriptedUpload>] {
+        let uploads = (0..<count).map { fixture.upload("u\($0)") }
+        _ = try fixture.queue.addOperations(uploads)
+        return uploads.map(WeakReference.init)
+    }
+
     @Test func aBacklogBehindAFullWindowIsHeldByItsRecordsAndRunsWhole() async throws {
         // Given a suspended queue, one attempt at a time, and 300 uploads added at once that
         // the app does not keep
         let fixture = try QueueFixture(suspended: true)
-        let references = try { () -> [WeakReference<ScriptedUpload>] in
-            let uploads = (0..<300).map { fixture.upload("u\($0)") }
-            _ = try fixture.queue.addOperations(uploads)
-            return uploads.map(WeakReference.init)
-        }()
+        let references = try Self.addUnkeptUploads(300, to: fixture)
         // Then only those given a slot are held: the rest wait as records
         let alive = references.filter { $0.object != nil }.count
         #expect(alive <= fixture.queue.slotWindow())
@@ -121,11 +124,7 @@ struct ParkedOperationTests {
         // Given a suspended queue, one attempt at a time, and 300 uploads added at once that
         // the app does not keep (a window of them given slots, the rest parked)
         let fixture = try QueueFixture(suspended: true)
-        let references = try { () -> [WeakReference<ScriptedUpload>] in
-            let uploads = (0..<300).map { fixture.upload("u\($0)") }
-            _ = try fixture.queue.addOperations(uploads)
-            return uploads.map(WeakReference.init)
-        }()
+        let references = try Self.addUnkeptUploads(300, to: fixture)
         let gone = references.filter { $0.object == nil }.count
         #expect(gone > 0)
         let before = fixture.queue.state.withLock { (compact: $0.entries.compactCount, keys: $0.idsByOperation.count) }

@@ -11,7 +11,7 @@ struct PayloadFieldsTests {
         .init(id: RecordIdentifier.uuid(record.id)!, typeIdentifier: record.typeIdentifier, payload: record.payload)
     }
 
-    @Test(arguments: ["v1-minimal.record", "v1-full.record", "v1-failed.record", "v2-dependent.record", "v2-failed-dependent.record", "v3-expiring.record", "v4-periodic.record", "v5-defaults.record", "v5-full.record"])
+    @Test(arguments: IndexFieldsTests.goldenRecordNames)
     func theFieldsOfEveryGoldenRecordAreThoseOfItsFullDecode(name: String) throws {
         let file = try Data(contentsOf: GoldenFileTests.fixtureURL(name))
         let record = try RecordFormat.decode(file)

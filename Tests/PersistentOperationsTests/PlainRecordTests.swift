@@ -24,7 +24,7 @@ struct PlainRecordTests {
         return common == withoutPayload ? withoutPayload : nil
     }
 
-    @Test(arguments: ["v1-minimal.record", "v1-full.record", "v1-failed.record", "v2-dependent.record", "v2-failed-dependent.record", "v3-expiring.record", "v4-periodic.record", "v5-defaults.record", "v5-full.record"])
+    @Test(arguments: IndexFieldsTests.goldenRecordNames)
     func everyGoldenRecordReadsAsItsFullDecodeWithoutItsPayloadOrIsLeftToIt(name: String) throws {
         let file = try Data(contentsOf: GoldenFileTests.fixtureURL(name))
         let record = try RecordFormat.decode(file)
@@ -80,6 +80,35 @@ struct PlainRecordTests {
         // (A frame's checksum covers a whole record's bytes: the caller verified them.)
         #expect(RecordFormat.plainRecord(of: file, checksumVerified: true) == Self.expected(record))
         #expect(RecordFormat.plainRecord(of: file, maximumSize: file.count - 1, checksumVerified: true) == nil)
+    }
+
+    @Test func aFieldOfTheWrongFormOrARareFieldLeavesTheRecordToTheFullDecode() throws {
+        // Given a plain record whose body is written again with one field changed
+        var record = try IndexFieldsTests.makeDatedRecord(index: 1)
+        record.tags = []
+        record.priority = 4
+        record.numberOfRetries = 2
+        guard case .dictionary(let fields) = record.propertyListValue else { Issue.record("not a dictionary"); return }
+        func file(_ change: (inout [String: PropertyListValue]) -> Void) -> Data {
+            var entries = fields
+            change(&entries)
+            return IndexFieldsTests.recordFile(entries, formatVersion: record.formatVersion)
+        }
+        // (Unchanged, it reads.)
+        #expect(RecordFormat.plainRecord(of: file { _ in }, checksumVerified: false) == Self.expected(record))
+        // When a field that has a default holds a value of another form, or a required one
+        // does, or a rare field is present
+        let changes: [(String, PropertyListValue)] = [
+            ("priority", .string("high")), ("numberOfRetries", .real(2.5)), ("numberOfAttempts", .bool(true)),
+            ("attemptsInFlight", .string("1")), ("notBefore", .integer(5)), ("nextAttemptAt", .string("soon")),
+            ("tags", .integer(7)), ("tags", .array([.string("photos")])), ("enqueuedAt", .real(1)), ("enqueueSequence", .integer(-1)),
+            ("id", .string("not-an-identifier")), ("typeIdentifier", .integer(1)), ("payload", .string("bytes")),
+            ("formatVersion", .integer(Int64(record.formatVersion) + 1)), ("uniqueKey", .string("k")), ("lane", .string("l")),
+        ]
+        for (key, value) in changes {
+            // Then it is not read plain: the full decode reads it, or says what is wrong
+            #expect(RecordFormat.plainRecord(of: file { $0[key] = value }, checksumVerified: false) == nil, "\(key)")
+        }
     }
 
     @Test func damagedBytesNeverCrashAndNeverReadAsAnotherRecord() async throws {

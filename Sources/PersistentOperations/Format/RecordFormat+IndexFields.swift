@@ -72,15 +72,22 @@ extension RecordFormat {
     /// full, which reports what is wrong). The record's checksum is verified unless
     /// `checksumVerified` says a frame's checksum covering it was (see ``decode(_:maximumSize:checksumVerified:)``).
     package static func payloadFields(of file: Data, checksumVerified: Bool) -> PayloadFields? {
-        file.withUnsafeBytes { raw -> PayloadFields? in
+        peekingBody(of: file, checksumVerified: checksumVerified) { peek, _ in peek.payloadFields() }
+    }
+
+    /// `read` of the property-list body of the record file `file` and its format version,
+    /// when the header is whole and well formed (a readable version, no reserved bits, the
+    /// body's length) and the body's checksum matches (unless `checksumVerified`); else nil.
+    private static func peekingBody<Fields>(of file: Data, checksumVerified: Bool, _ read: (PropertyListPeek, Int) -> Fields?) -> Fields? {
+        file.withUnsafeBytes { raw -> Fields? in
             let bytes = raw.bindMemory(to: UInt8.self)
             guard bytes.count > headerSize + 8 + 32, bytes.prefix(magic.count).elementsEqual(magic) else { return nil }
-            let version = Int(read(bytes, 8, 2) ?? 0)
-            guard OperationRecord.readableFormatVersions.contains(version), read(bytes, 10, 2) == 0,
-                  read(bytes, 12, 4) == UInt64(bytes.count - headerSize) else { return nil }
+            let version = Int(Self.read(bytes, 8, 2) ?? 0)
+            guard OperationRecord.readableFormatVersions.contains(version), Self.read(bytes, 10, 2) == 0,
+                  Self.read(bytes, 12, 4) == UInt64(bytes.count - headerSize) else { return nil }
             let body = UnsafeBufferPointer(rebasing: bytes[headerSize...])
-            guard checksumVerified || read(bytes, 16, 4) == UInt64(CRC32.checksum(of: body)) else { return nil }
-            return PropertyListPeek(body).payloadFields()
+            guard checksumVerified || Self.read(bytes, 16, 4) == UInt64(CRC32.checksum(of: body)) else { return nil }
+            return read(PropertyListPeek(body), version)
         }
     }
 
@@ -118,15 +125,8 @@ extension RecordFormat {
         of file: Data, maximumSize: Int = defaultMaximumRecordSize, checksumVerified: Bool, typeIdentifiers: inout [String]
     ) -> PlainFields? {
         guard file.count <= maximumSize else { return nil }
-        return file.withUnsafeBytes { raw -> PlainFields? in
-            let bytes = raw.bindMemory(to: UInt8.self)
-            guard bytes.count > headerSize + 8 + 32, bytes.prefix(magic.count).elementsEqual(magic) else { return nil }
-            let version = Int(read(bytes, 8, 2) ?? 0)
-            guard OperationRecord.readableFormatVersions.contains(version), read(bytes, 10, 2) == 0,
-                  read(bytes, 12, 4) == UInt64(bytes.count - headerSize) else { return nil }
-            let body = UnsafeBufferPointer(rebasing: bytes[headerSize...])
-            guard checksumVerified || read(bytes, 16, 4) == UInt64(CRC32.checksum(of: body)) else { return nil }
-            return PropertyListPeek(body).plainFields(version: version, typeIdentifiers: &typeIdentifiers)
+        return peekingBody(of: file, checksumVerified: checksumVerified) { peek, version in
+            peek.plainFields(version: version, typeIdentifiers: &typeIdentifiers)
         }
     }
 
@@ -277,75 +277,53 @@ private struct PropertyListPeek {
 
     func plainFields(version: Int, typeIdentifiers: inout [String]) -> RecordFormat.PlainFields? {
         guard let top = topDictionary() else { return nil }
-        // Each field once: a key twice is left to the full decode.
-        var seen: UInt16 = 0
-        func first(_ bit: UInt16) -> Bool {
-            defer { seen |= bit }
-            return seen & bit == 0
+        // The fields present, and those read with a value of the right form: a key twice, or
+        // a value of another form, is left to the full decode.
+        var present: UInt32 = 0
+        var readable: UInt32 = 0
+        func note<Value>(_ value: Value?, _ key: Key) -> Value? {
+            if value != nil { readable |= key.bit }
+            return value
         }
         var identifier: UUIDBits?
         var typeIdentifier: String?
         var formatVersion: Int64?
-        var hasPayload = false
+        var payload: (count: Int, references: Int)?
         var sequence: UInt64?
         var enqueuedAt: Double?
         var priority: Int64?
         var retries: Int64?
         var attempts: Int64?
         var inFlight: Int64?
-        var hasTags = false
+        var emptyTags: Bool?
         var notBefore: Double?
         var nextAttemptAt: Double?
         for index in 0..<top.count {
-            guard let (key, valueOffset) = top.entry(index) else { return nil }
+            guard let (key, at) = top.entry(index), present & key.bit == 0 else { return nil }
+            present |= key.bit
             switch key {
-            case .formatVersion:
-                guard first(1 << 0), let value = signedInteger(at: valueOffset) else { return nil }
-                formatVersion = value
-            case .id:
-                // (A library-generated identifier: canonical, uppercase, as `RecordIdentifier.isValid`.)
-                guard first(1 << 1), let (count, start) = container(at: valueOffset, marker: 0x50), count == 36, start + count <= bytes.count,
-                      let value = RecordIdentifier.bits(utf8: UnsafeBufferPointer(rebasing: bytes[start..<(start + count)])) else { return nil }
-                identifier = value
-            case .typeIdentifier:
-                guard first(1 << 2), let value = asciiString(at: valueOffset, interningIn: &typeIdentifiers) else { return nil }
-                typeIdentifier = value
-            case .payload:
-                guard first(1 << 3), let (length, start) = container(at: valueOffset, marker: 0x40), start + length <= bytes.count else { return nil }
-                hasPayload = true
-            case .enqueueSequence:
-                guard first(1 << 4), let value = unsignedInteger(at: valueOffset) else { return nil }
-                sequence = value
-            case .enqueuedAt:
-                guard first(1 << 5), let value = date(at: valueOffset) else { return nil }
-                enqueuedAt = value
-            case .priority:
-                guard first(1 << 6), let value = signedInteger(at: valueOffset) else { return nil }
-                priority = value
-            case .numberOfRetries:
-                guard first(1 << 7), let value = signedInteger(at: valueOffset) else { return nil }
-                retries = value
-            case .numberOfAttempts:
-                guard first(1 << 8), let value = signedInteger(at: valueOffset) else { return nil }
-                attempts = value
-            case .attemptsInFlight:
-                guard first(1 << 9), let value = signedInteger(at: valueOffset) else { return nil }
-                inFlight = value
-            case .tags:
-                // An empty list only (a record with tags is read in full).
-                guard first(1 << 10), let (count, _) = container(at: valueOffset, marker: 0xA0), count == 0 else { return nil }
-                hasTags = true
-            case .notBefore:
-                guard first(1 << 11), let value = date(at: valueOffset) else { return nil }
-                notBefore = value
-            case .nextAttemptAt:
-                guard first(1 << 12), let value = date(at: valueOffset) else { return nil }
-                nextAttemptAt = value
-            default:
-                // A rare field (or one this build does not know): the full decode reads it.
-                return nil
+            case .formatVersion: formatVersion = note(signedInteger(at: at), key)
+            // (A library-generated identifier: canonical, uppercase, as `RecordIdentifier.isValid`.)
+            case .id: identifier = note(utf8(at: at, count: 36).flatMap(RecordIdentifier.bits(utf8:)), key)
+            case .typeIdentifier: typeIdentifier = note(asciiString(at: at, interningIn: &typeIdentifiers), key)
+            case .payload: payload = note(container(at: at, marker: 0x40).flatMap { $0.references + $0.count <= bytes.count ? $0 : nil }, key)
+            case .enqueueSequence: sequence = note(unsignedInteger(at: at), key)
+            case .enqueuedAt: enqueuedAt = note(date(at: at), key)
+            case .priority: priority = note(signedInteger(at: at), key)
+            case .numberOfRetries: retries = note(signedInteger(at: at), key)
+            case .numberOfAttempts: attempts = note(signedInteger(at: at), key)
+            case .attemptsInFlight: inFlight = note(signedInteger(at: at), key)
+            // An empty list only (a record with tags is read in full).
+            case .tags: emptyTags = note(container(at: at, marker: 0xA0).flatMap { $0.count == 0 ? true : nil }, key)
+            case .notBefore: notBefore = note(date(at: at), key)
+            case .nextAttemptAt: nextAttemptAt = note(date(at: at), key)
+            // A rare field (or one this build does not know): the full decode reads it.
+            case .idempotencyKey, .repeatInterval, .other: return nil
             }
         }
+        guard readable == present else { return nil }
+        let hasTags = emptyTags != nil
+        let hasPayload = payload != nil
         // Up to version 4 the fields with a default are always written; from 5 on, left out.
         if version < 5 {
             guard priority != nil, hasTags, retries != nil, attempts != nil, inFlight != nil else { return nil }
@@ -433,6 +411,28 @@ private struct PropertyListPeek {
         case id, tags, payload, priority, notBefore, enqueuedAt, formatVersion, nextAttemptAt, typeIdentifier, idempotencyKey
         case repeatInterval, enqueueSequence, numberOfRetries, numberOfAttempts, attemptsInFlight, other
 
+        /// The key's own bit, for sets of keys.
+        var bit: UInt32 {
+            switch self {
+            case .id: 1 << 0
+            case .tags: 1 << 1
+            case .payload: 1 << 2
+            case .priority: 1 << 3
+            case .notBefore: 1 << 4
+            case .enqueuedAt: 1 << 5
+            case .formatVersion: 1 << 6
+            case .nextAttemptAt: 1 << 7
+            case .typeIdentifier: 1 << 8
+            case .idempotencyKey: 1 << 9
+            case .repeatInterval: 1 << 10
+            case .enqueueSequence: 1 << 11
+            case .numberOfRetries: 1 << 12
+            case .numberOfAttempts: 1 << 13
+            case .attemptsInFlight: 1 << 14
+            case .other: 1 << 15
+            }
+        }
+
         /// The key the ASCII `bytes` spell: compared as bytes, by length first, with no
         /// `String` made (a peek reads about ten keys a record).
         init(_ bytes: UnsafeBufferPointer<UInt8>) {
@@ -465,6 +465,12 @@ private struct PropertyListPeek {
         let key = Key(characters)
         guard key != .other || characters.allSatisfy({ $0 < 0x80 }) else { return nil }
         return key
+    }
+
+    /// The bytes of the ASCII string object of `count` characters at `offset`, within bounds.
+    private func utf8(at offset: Int, count: Int) -> UnsafeBufferPointer<UInt8>? {
+        guard let (length, start) = container(at: offset, marker: 0x50), length == count, start + count <= bytes.count else { return nil }
+        return UnsafeBufferPointer(rebasing: bytes[start..<(start + count)])
     }
 
     /// The ASCII string object at `offset` (keys and identifiers are ASCII).
