@@ -482,10 +482,16 @@ package struct OperationRecord: Codable, Sendable, Equatable {
     /// When the operation may next start: the later of its not-before and next-attempt
     /// dates, `nil` when it may start now.
     package var dueDate: Date? {
+        Self.dueDate(notBefore: notBefore, nextAttemptAt: nextAttemptAt)
+    }
+
+    /// The later of a not-before and a next-attempt date, `nil` when neither is set: when a
+    /// record with those dates is due (``dueDate``; also for the fields read without a record).
+    package static func dueDate<Instant: Comparable>(notBefore: Instant?, nextAttemptAt: Instant?) -> Instant? {
         switch (notBefore, nextAttemptAt) {
-        case (let notBefore?, let next?): return max(notBefore, next)
-        case (let date?, nil), (nil, let date?): return date
-        case (nil, nil): return nil
+        case (let notBefore?, let next?): max(notBefore, next)
+        case (let date?, nil), (nil, let date?): date
+        case (nil, nil): nil
         }
     }
 
@@ -542,43 +548,49 @@ extension OperationRecord {
         /// The compact form of `record`, or `nil` when it holds a payload or a count or
         /// version that does not fit (none the queue makes: it is then kept whole).
         package init?(_ record: OperationRecord) {
-            guard record.payload.isEmpty,
-                  let retries = Int32(exactly: record.numberOfRetries), let attempts = Int32(exactly: record.numberOfAttempts),
-                  let inFlight = Int32(exactly: record.attemptsInFlight), let version = UInt8(exactly: record.formatVersion)
-            else { return nil }
-            typeIdentifier = record.typeIdentifier
-            extras = record.extras
-            priority = record.priority
-            enqueueSequence = record.enqueueSequence
-            enqueuedAt = record.enqueuedAt.timeIntervalSinceReferenceDate
-            notBefore = record.notBefore?.timeIntervalSinceReferenceDate ?? 0
-            nextAttemptAt = record.nextAttemptAt?.timeIntervalSinceReferenceDate ?? 0
-            numberOfRetries = retries
-            numberOfAttempts = attempts
-            attemptsInFlight = inFlight
-            formatVersion = version
-            dates = (record.notBefore == nil ? 0 : 1) | (record.nextAttemptAt == nil ? 0 : 2)
+            guard record.payload.isEmpty else { return nil }
+            self.init(
+                typeIdentifier: record.typeIdentifier, extras: record.extras, priority: record.priority,
+                enqueueSequence: record.enqueueSequence, enqueuedAt: record.enqueuedAt.timeIntervalSinceReferenceDate,
+                notBefore: record.notBefore?.timeIntervalSinceReferenceDate, nextAttemptAt: record.nextAttemptAt?.timeIntervalSinceReferenceDate,
+                numberOfRetries: record.numberOfRetries, numberOfAttempts: record.numberOfAttempts,
+                attemptsInFlight: record.attemptsInFlight, formatVersion: record.formatVersion
+            )
         }
 
         /// The compact form of the plain record `fields` (see
         /// ``RecordFormat/plainFields(of:maximumSize:checksumVerified:typeIdentifiers:)``), or
         /// `nil` when a count or its version does not fit.
         package init?(plain fields: RecordFormat.PlainFields) {
-            guard let retries = Int32(exactly: fields.numberOfRetries), let attempts = Int32(exactly: fields.numberOfAttempts),
-                  let inFlight = Int32(exactly: fields.attemptsInFlight), let version = UInt8(exactly: fields.formatVersion)
+            self.init(
+                typeIdentifier: fields.typeIdentifier, extras: nil, priority: fields.priority, enqueueSequence: fields.enqueueSequence,
+                enqueuedAt: fields.enqueuedAt, notBefore: fields.notBefore, nextAttemptAt: fields.nextAttemptAt,
+                numberOfRetries: fields.numberOfRetries, numberOfAttempts: fields.numberOfAttempts,
+                attemptsInFlight: fields.attemptsInFlight, formatVersion: fields.formatVersion
+            )
+        }
+
+        /// These fields (dates in seconds since the reference date), or `nil` when a count or
+        /// the version does not fit.
+        private init?(
+            typeIdentifier: String, extras: Extras?, priority: Int, enqueueSequence: UInt64, enqueuedAt: Double, notBefore: Double?,
+            nextAttemptAt: Double?, numberOfRetries: Int, numberOfAttempts: Int, attemptsInFlight: Int, formatVersion: Int
+        ) {
+            guard let retries = Int32(exactly: numberOfRetries), let attempts = Int32(exactly: numberOfAttempts),
+                  let inFlight = Int32(exactly: attemptsInFlight), let version = UInt8(exactly: formatVersion)
             else { return nil }
-            typeIdentifier = fields.typeIdentifier
-            extras = nil
-            priority = fields.priority
-            enqueueSequence = fields.enqueueSequence
-            enqueuedAt = fields.enqueuedAt
-            notBefore = fields.notBefore ?? 0
-            nextAttemptAt = fields.nextAttemptAt ?? 0
-            numberOfRetries = retries
-            numberOfAttempts = attempts
-            attemptsInFlight = inFlight
-            formatVersion = version
-            dates = (fields.notBefore == nil ? 0 : 1) | (fields.nextAttemptAt == nil ? 0 : 2)
+            self.typeIdentifier = typeIdentifier
+            self.extras = extras
+            self.priority = priority
+            self.enqueueSequence = enqueueSequence
+            self.enqueuedAt = enqueuedAt
+            self.notBefore = notBefore ?? 0
+            self.nextAttemptAt = nextAttemptAt ?? 0
+            self.numberOfRetries = retries
+            self.numberOfAttempts = attempts
+            self.attemptsInFlight = inFlight
+            self.formatVersion = version
+            self.dates = (notBefore == nil ? 0 : 1) | (nextAttemptAt == nil ? 0 : 2)
         }
 
         /// The record again, with the identifier `id` and no payload.

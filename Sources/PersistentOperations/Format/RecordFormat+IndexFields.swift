@@ -162,11 +162,7 @@ extension RecordFormat {
 
         /// When it may next start (``OperationRecord/dueDate``): the later of its dates.
         package var dueDate: Date? {
-            switch (notBefore, nextAttemptAt) {
-            case (let notBefore?, let next?): Date(timeIntervalSinceReferenceDate: max(notBefore, next))
-            case (let date?, nil), (nil, let date?): Date(timeIntervalSinceReferenceDate: date)
-            case (nil, nil): nil
-            }
+            OperationRecord.dueDate(notBefore: notBefore, nextAttemptAt: nextAttemptAt).map(Date.init(timeIntervalSinceReferenceDate:))
         }
 
         /// Its place in the run order (``OperationRecord/runOrder``).
@@ -240,7 +236,7 @@ private struct PropertyListPeek {
         if attemptsInFlight == nil, version >= 5 { attemptsInFlight = 0 }
         guard let id, let sequence, let priority, let typeIdentifier,
               let attemptsInFlight, formatVersion == version else { return nil }
-        let due = [notBefore, nextAttemptAt].compactMap { $0 }.max()
+        let due = OperationRecord.dueDate(notBefore: notBefore, nextAttemptAt: nextAttemptAt)
         return RecordFormat.IndexFields(
             id: id, enqueueSequence: sequence, priority: priority, typeIdentifier: typeIdentifier, attemptsInFlight: attemptsInFlight,
             dueDate: due.map(Date.init(timeIntervalSinceReferenceDate:)), isPeriodic: isPeriodic, idempotencyKey: idempotencyKey
@@ -303,8 +299,7 @@ private struct PropertyListPeek {
             present |= key.bit
             switch key {
             case .formatVersion: formatVersion = note(signedInteger(at: at), key)
-            // (A library-generated identifier: canonical, uppercase, as `RecordIdentifier.isValid`.)
-            case .id: identifier = note(utf8(at: at, count: 36).flatMap(RecordIdentifier.bits(utf8:)), key)
+            case .id: identifier = note(identifierBits(at: at), key)
             case .typeIdentifier: typeIdentifier = note(asciiString(at: at, interningIn: &typeIdentifiers), key)
             case .payload: payload = note(container(at: at, marker: 0x40).flatMap { $0.references + $0.count <= bytes.count ? $0 : nil }, key)
             case .enqueueSequence: sequence = note(unsignedInteger(at: at), key)
@@ -402,36 +397,22 @@ private struct PropertyListPeek {
     /// The library-generated identifier the ASCII string object at `offset` spells, read
     /// without making a `String`.
     private func identifier(at offset: Int) -> UUID? {
-        guard let (count, start) = container(at: offset, marker: 0x50), count == 36, start + count <= bytes.count else { return nil }
-        return RecordIdentifier.uuid(utf8: UnsafeBufferPointer(rebasing: bytes[start..<(start + count)]))
+        identifierBits(at: offset)?.uuid
+    }
+
+    /// The bits of the library-generated identifier the ASCII string object at `offset`
+    /// spells (canonical, uppercase, as `RecordIdentifier.isValid`).
+    private func identifierBits(at offset: Int) -> UUIDBits? {
+        stringBytes(at: offset).flatMap { $0.count == 36 ? RecordIdentifier.bits(utf8: $0) : nil }
     }
 
     /// A key of a record's top dictionary that a peek reads, or `other`.
-    enum Key {
+    enum Key: UInt8 {
         case id, tags, payload, priority, notBefore, enqueuedAt, formatVersion, nextAttemptAt, typeIdentifier, idempotencyKey
         case repeatInterval, enqueueSequence, numberOfRetries, numberOfAttempts, attemptsInFlight, other
 
         /// The key's own bit, for sets of keys.
-        var bit: UInt32 {
-            switch self {
-            case .id: 1 << 0
-            case .tags: 1 << 1
-            case .payload: 1 << 2
-            case .priority: 1 << 3
-            case .notBefore: 1 << 4
-            case .enqueuedAt: 1 << 5
-            case .formatVersion: 1 << 6
-            case .nextAttemptAt: 1 << 7
-            case .typeIdentifier: 1 << 8
-            case .idempotencyKey: 1 << 9
-            case .repeatInterval: 1 << 10
-            case .enqueueSequence: 1 << 11
-            case .numberOfRetries: 1 << 12
-            case .numberOfAttempts: 1 << 13
-            case .attemptsInFlight: 1 << 14
-            case .other: 1 << 15
-            }
-        }
+        var bit: UInt32 { 1 << UInt32(rawValue) }
 
         /// The key the ASCII `bytes` spell: compared as bytes, by length first, with no
         /// `String` made (a peek reads about ten keys a record).
@@ -460,24 +441,22 @@ private struct PropertyListPeek {
     /// The key the ASCII string object at `offset` spells (nil for one that is not an ASCII
     /// string of at most 256 bytes, as ``asciiString(at:)``).
     fileprivate func key(at offset: Int) -> Key? {
-        guard let (count, start) = container(at: offset, marker: 0x50), count <= 256, start + count <= bytes.count else { return nil }
-        let characters = UnsafeBufferPointer(rebasing: bytes[start..<(start + count)])
+        guard let characters = stringBytes(at: offset) else { return nil }
         let key = Key(characters)
         guard key != .other || characters.allSatisfy({ $0 < 0x80 }) else { return nil }
         return key
     }
 
-    /// The bytes of the ASCII string object of `count` characters at `offset`, within bounds.
-    private func utf8(at offset: Int, count: Int) -> UnsafeBufferPointer<UInt8>? {
-        guard let (length, start) = container(at: offset, marker: 0x50), length == count, start + count <= bytes.count else { return nil }
+    /// The bytes of the ASCII string object at `offset`, when it is one of at most 256
+    /// bytes within bounds (not checked to be ASCII).
+    private func stringBytes(at offset: Int) -> UnsafeBufferPointer<UInt8>? {
+        guard let (count, start) = container(at: offset, marker: 0x50), count <= 256, start + count <= bytes.count else { return nil }
         return UnsafeBufferPointer(rebasing: bytes[start..<(start + count)])
     }
 
     /// The ASCII string object at `offset` (keys and identifiers are ASCII).
     private func asciiString(at offset: Int) -> String? {
-        guard let (count, start) = container(at: offset, marker: 0x50), count <= 256, start + count <= bytes.count else { return nil }
-        let characters = UnsafeBufferPointer(rebasing: bytes[start..<(start + count)])
-        guard characters.allSatisfy({ $0 < 0x80 }) else { return nil }
+        guard let characters = stringBytes(at: offset), characters.allSatisfy({ $0 < 0x80 }) else { return nil }
         return String(decoding: characters, as: UTF8.self)
     }
 
@@ -485,8 +464,7 @@ private struct PropertyListPeek {
     /// characters when there is one (no allocation), else as a new string added to `known`
     /// (up to 64 of them).
     private func asciiString(at offset: Int, interningIn known: inout [String]) -> String? {
-        guard let (count, start) = container(at: offset, marker: 0x50), count <= 256, start + count <= bytes.count else { return nil }
-        let characters = UnsafeBufferPointer(rebasing: bytes[start..<(start + count)])
+        guard let characters = stringBytes(at: offset) else { return nil }
         for name in known {
             var name = name
             if name.withUTF8({ $0.elementsEqual(characters) }) { return name }
