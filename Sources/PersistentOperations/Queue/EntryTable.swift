@@ -149,7 +149,7 @@ extension PersistentOperationQueue {
         /// Makes the entry of `key` ready, when it is held compact and is being scheduled
         /// (``Entry/Phase/scheduled(_:)`` without a timer's call yet), without making it whole;
         /// returns whether it did. (A restore readies a backlog this way, see
-        /// `holdRestored(_:from:ended:now:)`.) `hint`: where ``insertCompact(_:uuid:)`` put it;
+        /// `holdRestored(_:from:ended:window:)`.) `hint`: where ``insertCompact(_:uuid:)`` put it;
         /// used without a lookup when the entry is still there (a compact entry moves when
         /// another one is removed).
         mutating func readyIfBeingScheduled(_ key: RecordKey, hint: Int32? = nil) -> Bool {

@@ -18,6 +18,9 @@ extension PersistentOperationQueue {
             attach(item.operation, id: item.record.id, expiresAt: item.record.expiresAt)
         }
         let linked = state.withLock { state -> [(ended: (id: String, ending: Entry.Ending)?, lane: (waits: Bool, ahead: Int))] in
+            // Parked operations of earlier adds that the app has let go of since: their entries
+            // let go of them too, a few for each one added (see `+Release`).
+            sweepReleasedOperations(budget: 2 * added.count + 16, in: &state)
             for item in added {
                 // Its payload is in the store now: the entry keeps none (see `withStoredPayload`).
                 var record = item.record
@@ -36,9 +39,6 @@ extension PersistentOperationQueue {
             scheduleLinked(item.record.id, due: item.record.dueDate, ended: linked.ended, laneAhead: linked.lane.ahead)
             if let expiresAt = item.record.expiresAt { armExpiry(of: item.record.id, at: expiresAt) }
         }
-        // Parked operations of earlier adds that the app has let go of since: their entries
-        // let go of them too, a few for each one added (see `+Release`).
-        state.withLock { sweepReleasedOperations(budget: 2 * added.count + 16, in: &$0) }
         let parkable = zip(added, mayPark).filter(\.1).map(\.0)
         guard !parkable.isEmpty else { return }
         parkIfWaiting(parkable.map(\.record.id))

@@ -443,8 +443,8 @@ package final class JournalStore: Sendable {
                         return nil
                     }
                     // Slices, not copies: the decode copies the record's bytes once, for its parser.
-                    let recordBytes = try recordBytes(location, in: file, from: bytes)
-                    return try RecordFormat.decode(recordBytes, maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame)
+                    let verified = try recordBytes(location, in: file, from: bytes)
+                    return try RecordFormat.decode(verified, maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame)
                 }
             case .readAlone:
                 try deliver(record.id) { try read(uuid: record.id, in: .pending) }
