@@ -100,25 +100,22 @@ extension PersistentOperationQueue {
         }
         try checkLaneOptions(options)
         guard !operations.isEmpty else { return [] }
-        var batch: [ObjectIdentifier: String] = [:]
-        for operation in operations {
+        let ids = RecordIdentifier.make(count: operations.count)
+        var batch = [ObjectIdentifier: String](minimumCapacity: operations.count)
+        for (operation, id) in zip(operations, ids) {
             try checkNotAdded(operation)
-            let key = ObjectIdentifier(operation)
-            guard batch[key] == nil else {
+            guard batch.updateValue(id, forKey: ObjectIdentifier(operation)) == nil else {
                 throw PersistenceError(.operationAlreadyAdded, "addOperations(_:) was given the same \(type(of: operation)) twice; nothing was stored.")
             }
-            batch[key] = RecordIdentifier.make()
         }
-        var payloads: [Data] = []
-        payloads.reserveCapacity(operations.count)
         for operation in operations {
             try checkRegistered(Self.persistenceIdentifier(of: operation), of: type(of: operation))
             try checkConditionsRegistered(options.conditions)
         }
         try checkOpen()
-        for operation in operations {
-            payloads.append(try Self.encodedPayload(of: operation))
-        }
+        // Each payload is read here; a large batch encodes them on several cores at once.
+        let encoders = operations.map { Self.payloadEncoder(of: $0) }
+        let payloads = try ChunkedMap.map(encoders.count) { try encoders[$0]() }
         // Asked before any lock is taken: it is the app's code.
         let memberTags = hasMemberTags ? operations.map(tagsOfEach) : nil
         return try withIdempotencyKey(options.idempotencyKey, existing: { $0.map(PersistentOperationID.init(record:)) }) {
@@ -133,7 +130,6 @@ extension PersistentOperationQueue {
             for operation in operations {
                 resolved.append(hasDependencies ? try resolvePrerequisites(of: operation, batch: batch) : ResolvedPrerequisites())
             }
-            let ids = operations.map { batch[ObjectIdentifier($0)]! }
             if hasDependencies {
                 try Self.checkAcyclic(ids: ids, prerequisites: resolved.map(\.ids), operations: operations)
                 if options.lane != nil {
@@ -167,7 +163,7 @@ extension PersistentOperationQueue {
                 try store.add(records[0])
             }
             hub.emit(enqueued: records)
-            track(operations.indices.map { (operations[$0], records[$0], resolved[$0].liveIDs) }, keepsOperationsAlive: options.keepsOperationAlive)
+            track(operations.map { $0 }, records: records, liveIDs: resolved.map(\.liveIDs), keepsOperationsAlive: options.keepsOperationAlive)
             return ids.map(PersistentOperationID.init(record:))
         }
     }
@@ -180,8 +176,11 @@ extension PersistentOperationQueue {
         Op.payloadVersion
     }
 
-    private static func encodedPayload<Op: PersistentOperation>(of operation: Op) throws -> Data {
-        try RecordFormat.encodePayload(operation.payload)
+    /// Encodes the payload of `operation`, read now, when called (on any thread: the payload
+    /// is `Sendable`).
+    private static func payloadEncoder<Op: PersistentOperation>(of operation: Op) -> @Sendable () throws -> Data {
+        let payload = operation.payload
+        return { try RecordFormat.encodePayload(payload) }
     }
 
     /// Throws ``PersistenceError/Code/invalidDependency`` when an operation of a batch added

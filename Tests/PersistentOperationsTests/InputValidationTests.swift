@@ -14,6 +14,43 @@ struct InputValidationTests {
         #expect(try fixture.pendingRecords().isEmpty)
     }
 
+    /// A payload that refuses to encode when asked to (`refuses`).
+    final class Refusing: Operation, PersistentOperation, @unchecked Sendable {
+        struct Refusal: Error { let index: Int }
+        struct Payload: Codable, Sendable, Equatable {
+            var index: Int
+            var refuses: Bool
+            enum CodingKeys: String, CodingKey { case index, refuses }
+            init(index: Int, refuses: Bool) { self.index = index; self.refuses = refuses }
+            func encode(to encoder: any Encoder) throws {
+                if refuses { throw Refusal(index: index) }
+                var container = encoder.container(keyedBy: CodingKeys.self)
+                try container.encode(index, forKey: .index)
+                try container.encode(refuses, forKey: .refuses)
+            }
+        }
+        static let persistenceIdentifier = "test.refusing"
+        let payload: Payload
+        init(payload: Payload) { self.payload = payload }
+    }
+
+    @Test func aLargeBatchWithPayloadsThatDoNotEncodeNamesTheFirstAndStoresNothing() throws {
+        // Given a batch large enough to be encoded on several threads, whose members 300 and
+        // 700 refuse to encode
+        let fixture = try QueueFixture(maxConcurrent: 1, suspended: true)
+        fixture.queue.register(Refusing.self)
+        let members = (0..<1_000).map { Refusing(payload: .init(index: $0, refuses: $0 == 300 || $0 == 700)) }
+        // When it is added, the error is the first member's
+        let error = #expect(throws: PersistenceError.self) { try fixture.queue.addOperations(members) }
+        #expect(error?.code == .payloadNotEncodable)
+        #expect((error?.underlyingError as? Refusing.Refusal)?.index == 300)
+        // And nothing was stored; the queue still takes a batch
+        #expect(try fixture.pendingRecords().isEmpty)
+        let stored = try fixture.queue.addOperations((0..<600).map { Refusing(payload: .init(index: $0, refuses: false)) })
+        #expect(stored.count == 600)
+        #expect(try fixture.pendingRecords().count == 600)
+    }
+
     @Test func anOperationAddedTwiceOrTwiceInOneBatchOrAfterItFinishedIsRefused() async throws {
         let fixture = try QueueFixture(maxConcurrent: 1, suspended: true)
         // An operation added once is stored once

@@ -18,6 +18,30 @@ struct RecordIdentifierTests {
         #expect(seen.count == 2_000)
     }
 
+    @Test func aBatchOfIdentifiersIsDistinctVersion4UUIDsWhoseRandomBitsAllVary() throws {
+        #expect(RecordIdentifier.make(count: 0).isEmpty)
+        #expect(RecordIdentifier.make(count: 1).count == 1)
+        let first = RecordIdentifier.make(count: 5_000)
+        let second = RecordIdentifier.make(count: 5_000)
+        #expect(first.count == 5_000)
+        #expect(Set(first + second).count == 10_000, "no identifier repeats, within a batch or across two")
+        var ones = UUIDBits(high: 0, low: 0), zeros = UUIDBits(high: 0, low: 0)
+        for id in first {
+            let uuid = try #require(UUID(uuidString: id))
+            #expect(uuid.uuidString == id)
+            #expect(uuid.uuid.6 >> 4 == 4, "version 4")
+            #expect(uuid.uuid.8 >> 6 == 0b10, "RFC 9562 variant")
+            let bits = try #require(RecordIdentifier.bits(id))
+            ones.high |= bits.high; ones.low |= bits.low
+            zeros.high |= ~bits.high; zeros.low |= ~bits.low
+        }
+        // Each of the 122 random bits is 1 in some identifier and 0 in another (the 6 fixed
+        // bits, version and variant, never change).
+        let fixedHigh: UInt64 = 0xF << 12, fixedLow: UInt64 = 0x3 << 62
+        #expect(ones.high & zeros.high == ~fixedHigh)
+        #expect(ones.low & zeros.low == ~fixedLow)
+    }
+
     @Test func parsingAgreesWithFoundationOnCanonicalIdentifiers() {
         for _ in 0..<2_000 {
             let uuid = UUID()

@@ -127,7 +127,7 @@ package struct JournalFrame: Sendable, Equatable {
     ///
     /// - Throws: ``PersistenceError/Code/recordTooLarge``, as ``append(to:salt:maximumSize:)``.
     package func encoded(salt: UInt32, maximumSize: Int = defaultMaximumSize) throws -> Data {
-        var data = Data()
+        var data = Data(capacity: size)
         try append(to: &data, salt: salt, maximumSize: maximumSize)
         return data
     }

@@ -216,18 +216,19 @@ extension JournalStore {
     /// Writes `records` as one frame of `kind` (a batch frame holds several) and indexes them.
     private func commit(_ kind: JournalFrame.Kind, _ records: [OperationRecord], flushes: Bool, check: (inout State) throws -> Void) throws {
         let ids = try records.map { try identifier($0.id) }
-        let encoded = try records.map {
-            try RecordFormat.encode($0, maximumSize: configuration.maximumRecordSize, formatVersion: $0.journalFormatVersion)
+        // A large batch's records are encoded on several cores at once.
+        let encoded = try ChunkedMap.map(records.count) {
+            try RecordFormat.encode(records[$0], maximumSize: configuration.maximumRecordSize, formatVersion: records[$0].journalFormatVersion)
         }
         let frame = kind == .batch ? JournalFrame.batch(encoded) : JournalFrame(kind: kind, body: encoded[0])
         try append(frame, flushes: flushes, check: check) { state, segment, offset, size in
             if kind == .batch {
                 var partOffset = offset + Int64(JournalFrame.headerSize) + 4
-                for (index, record) in records.enumerated() {
-                    let bytes = encoded[index]
-                    let location = JournalIndex.Location(segment: segment, offset: partOffset + 4, length: Int32(bytes.count), isFrame: false)
-                    state.index.set(.init(record, id: ids[index]), area: .pending, location: location)
-                    partOffset += 4 + Int64(bytes.count)
+                for index in records.indices {
+                    let length = encoded[index].count
+                    let location = JournalIndex.Location(segment: segment, offset: partOffset + 4, length: Int32(length), isFrame: false)
+                    state.index.set(.init(records[index], id: ids[index]), area: .pending, location: location)
+                    partOffset += 4 + Int64(length)
                 }
             } else {
                 let location = JournalIndex.Location(segment: segment, offset: offset, length: Int32(size), isFrame: true)
@@ -235,8 +236,8 @@ extension JournalStore {
                 state.index.set(.init(record, id: ids[0]), area: kind == .put ? .pending : .failed, location: location)
                 if kind == .moveToFailed { state.attempts[ids[0]] = nil }
             }
-            for record in records {
-                state.lastEnqueueSequence = max(state.lastEnqueueSequence, record.enqueueSequence)
+            for index in records.indices {
+                state.lastEnqueueSequence = max(state.lastEnqueueSequence, records[index].enqueueSequence)
             }
         }
     }

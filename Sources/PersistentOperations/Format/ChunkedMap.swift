@@ -1,0 +1,63 @@
+import Dispatch
+import Foundation
+
+/// A map over many elements split into chunks that run on the processor's cores at once:
+/// how a large `addOperations` encodes its payloads and records.
+///
+/// Fewer than two chunks' worth of elements stay on the calling thread, where splitting would
+/// cost more than it saves.
+///
+/// ```swift
+/// let squares = try ChunkedMap.map(10_000) { $0 * $0 }
+/// // squares[9_999] == 99_980_001, computed in chunks spread over the active cores.
+/// ```
+package enum ChunkedMap {
+    /// The fewest elements a chunk takes.
+    package static let minimumChunk = 256
+
+    /// The active cores, read once (on Linux, asking reads files under `/proc` and `/sys`).
+    private static let cores = ProcessInfo.processInfo.activeProcessorCount
+
+    /// `transform` of each index in `0..<count`, in index order. When transforms throw, the
+    /// error of the lowest index is thrown; the other chunks may have run meanwhile, and a
+    /// chunk stops at its first error.
+    ///
+    /// `transform` runs on several threads at once: it must be safe to call concurrently.
+    package static func map<T: Sendable>(
+        _ count: Int, minimumChunk: Int = minimumChunk, _ transform: @Sendable (Int) throws -> T
+    ) throws -> [T] {
+        // Four chunks a core: a thread that joins late still takes a share, and one that is
+        // slowed down holds up less of the whole.
+        let chunks = count >= 2 * minimumChunk ? min(4 * cores, count / max(1, minimumChunk)) : 1
+        guard chunks > 1 else { return try (0..<count).map(transform) }
+        var values = [T?](repeating: nil, count: count)
+        var failures = [(index: Int, error: any Error)?](repeating: nil, count: chunks)
+        values.withUnsafeMutableBufferPointer { values in
+            failures.withUnsafeMutableBufferPointer { failures in
+                // Each chunk writes only its own elements of both.
+                let slots = Slots(values: values, failures: failures)
+                DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+                    // Chunk `chunk` takes its share of the indexes, the first ones one more.
+                    let size = count / chunks, extra = count % chunks
+                    let start = chunk * size + min(chunk, extra)
+                    for index in start..<(start + size + (chunk < extra ? 1 : 0)) {
+                        do {
+                            slots.values[index] = try transform(index)
+                        } catch {
+                            slots.failures[chunk] = (index, error)
+                            return
+                        }
+                    }
+                }
+            }
+        }
+        if let first = failures.lazy.compactMap({ $0 }).min(by: { $0.index < $1.index }) { throw first.error }
+        return values.map { $0! }
+    }
+
+    /// The buffers the chunks write, each chunk its own elements.
+    private struct Slots<T>: @unchecked Sendable {
+        let values: UnsafeMutableBufferPointer<T?>
+        let failures: UnsafeMutableBufferPointer<(index: Int, error: any Error)?>
+    }
+}
