@@ -549,7 +549,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         )
         try store.add(record)
         hub.emit(enqueued: [record])
-        track([(operation, record, prerequisites.liveIDs)], keepsOperationsAlive: options.keepsOperationAlive)
+        track([operation], records: [record], liveIDs: [prerequisites.liveIDs], keepsOperationsAlive: options.keepsOperationAlive)
         return PersistentOperationID(record: record.id)
     }
 

@@ -183,9 +183,12 @@ final class EventHub: Sendable {
     /// Emits the events of operations stored just now, whose entries may not exist yet: their
     /// subjects are their records'.
     func emit(enqueued records: [OperationRecord]) {
+        // Nothing is made for no one (a large batch would make an event of each member).
+        let (listens, needsSubjects) = subscribers.withLock { (Self.listens($0), Self.needsSubjects($0)) }
+        guard listens else { return }
         emit(
             contentsOf: records.map { .enqueued(PersistentOperationID(record: $0.id), typeIdentifier: $0.typeIdentifier) },
-            subjects: records.map {
+            subjects: !needsSubjects ? nil : records.map {
                 PersistentOperationEvent.Subject(
                     typeIdentifier: $0.typeIdentifier, tags: Set($0.tags), lane: $0.lane,
                     attempt: $0.numberOfAttempts, attemptDuration: nil, enqueuedAt: $0.enqueuedAt

@@ -5,46 +5,60 @@ import Foundation
 // from its file when its first attempt starts.
 
 extension PersistentOperationQueue {
-    /// Starts tracking newly stored operations and schedules their first attempts, or blocks
-    /// them until their prerequisites succeed (`liveIDs`: see ``ResolvedPrerequisites``). All
-    /// of them are entries before any is linked, so prerequisites within the group are found.
-    /// An add whose operations have prerequisites calls this with `graphLock` held.
+    /// Starts tracking newly stored operations (`operations[i]`, stored as `records[i]`) and
+    /// schedules their first attempts, or blocks them until their prerequisites succeed
+    /// (`liveIDs[i]`: see ``ResolvedPrerequisites``). All of them are entries before any is
+    /// linked, so prerequisites within the group are found. An add whose operations have
+    /// prerequisites calls this with `graphLock` held.
     /// `keepsOperationsAlive`: ``EnqueueOptions/keepsOperationAlive``; otherwise those that
     /// wait once scheduled are parked (see `+Release`).
-    func track(_ added: [(operation: Operation, record: OperationRecord, liveIDs: [String])], keepsOperationsAlive: Bool) {
+    ///
+    /// (The loops go by index and read the fields they need in place: a large batch's members
+    /// are not copied whole at each step.)
+    func track(_ operations: [Operation], records: [OperationRecord], liveIDs: [[String]], keepsOperationsAlive: Bool) {
+        let members = operations.indices
         // Decided before the queue's own completion block is attached to a plain operation.
-        let mayPark = added.map { !keepsOperationsAlive && Self.mayPark($0.operation) }
-        for item in added {
-            attach(item.operation, id: item.record.id, expiresAt: item.record.expiresAt)
+        let mayPark = operations.map { !keepsOperationsAlive && Self.mayPark($0) }
+        for index in members {
+            attach(operations[index], id: records[index].id, expiresAt: records[index].expiresAt)
         }
         let linked = state.withLock { state -> [(ended: (id: String, ending: Entry.Ending)?, lane: (waits: Bool, ahead: Int))] in
             // Parked operations of earlier adds that the app has let go of since: their entries
             // let go of them too, a few for each one added (see `+Release`).
-            sweepReleasedOperations(budget: 2 * added.count + 16, in: &state)
-            for item in added {
+            sweepReleasedOperations(budget: 2 * operations.count + 16, in: &state)
+            for index in members {
                 // Its payload is in the store now: the entry keeps none (see `withStoredPayload`).
-                var record = item.record
-                record.payload = Data()
-                var entry = Entry(record: record, operation: item.operation, attemptsInFlight: 0)
-                entry.operationKey = ObjectIdentifier(item.operation)
-                state.entries.updateValue(entry, forKey: item.record.id)
-                state.idsByOperation[ObjectIdentifier(item.operation)] = item.record.id
-                if let batch = item.record.batchID { state.batchMembers[batch, default: 0] += 1 }
+                var entry = Entry(record: records[index], operation: operations[index], attemptsInFlight: 0)
+                entry.record.payload = Data()
+                let key = ObjectIdentifier(operations[index])
+                entry.operationKey = key
+                state.entries.updateValue(entry, forKey: records[index].id)
+                state.idsByOperation[key] = records[index].id
+                if let batch = records[index].batchID { state.batchMembers[batch, default: 0] += 1 }
             }
-            return added.map { item in
-                (link(item.record.id, to: item.record.prerequisites, holdingFrom: item.liveIDs, in: &state), joinLane(item.record.id, in: &state))
+            return members.map { index in
+                let id = records[index].id
+                return (link(id, to: records[index].prerequisites, holdingFrom: liveIDs[index], in: &state), joinLane(id, in: &state))
             }
         }
-        for (item, linked) in zip(added, linked) {
-            scheduleLinked(item.record.id, due: item.record.dueDate, ended: linked.ended, laneAhead: linked.lane.ahead)
-            if let expiresAt = item.record.expiresAt { armExpiry(of: item.record.id, at: expiresAt) }
+        // Those due now (all of a plain batch) are queued, or held for room, under one hold of
+        // the lock; the others are scheduled one at a time.
+        let now = timer.now
+        let scheduled = enqueueSlots(for: members.map { index in
+            linked[index].ended == nil && records[index].dueDate.map { $0 <= now } != false ? records[index].id : nil
+        })
+        for index in members where !scheduled[index] {
+            scheduleLinked(records[index].id, due: records[index].dueDate, ended: linked[index].ended, laneAhead: linked[index].lane.ahead)
         }
-        let parkable = zip(added, mayPark).filter(\.1).map(\.0)
+        for index in members {
+            if let expiresAt = records[index].expiresAt { armExpiry(of: records[index].id, at: expiresAt) }
+        }
+        let parkable = members.filter { mayPark[$0] }
         guard !parkable.isEmpty else { return }
-        parkIfWaiting(parkable.map(\.record.id))
+        parkIfWaiting(parkable.map { records[$0].id })
         // A cancel before it was parked found it held, and did nothing: hold it again.
-        for item in parkable where item.operation.isCancelled {
-            operationWasCancelled(item.record.id, item.operation)
+        for index in parkable where operations[index].isCancelled {
+            operationWasCancelled(records[index].id, operations[index])
         }
     }
 
