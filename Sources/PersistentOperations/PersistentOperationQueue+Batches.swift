@@ -20,9 +20,14 @@ extension PersistentOperationQueue {
     /// When this returns, every record is on disk. After a crash at any moment before, the
     /// next ``restore()`` finds either every operation of the batch or none of them (a batch
     /// interrupted halfway is discarded and reported in
-    /// ``RestoreReport/discardedFromUncommittedBatches``). The whole batch shares one group
-    /// commit: its files are synced together and the directory once, so a batch of 100 costs
-    /// far less than 100 ``addOperation(_:)`` calls.
+    /// ``RestoreReport/discardedFromUncommittedBatches``). The whole batch is one journal
+    /// frame and one flush, so a batch of 100 costs far less than 100 ``addOperation(_:)``
+    /// calls.
+    ///
+    /// A batch of 512 or more encodes its payloads on several cores at once: each payload is
+    /// read on the calling thread, and its `encode(to:)` may then run on another (payloads are
+    /// `Sendable`). When several members' payloads fail to encode, the error thrown is the
+    /// first member's.
     ///
     /// Dependencies may point inside the batch, in any order, and to operations added before:
     ///
