@@ -39,17 +39,21 @@ extension PersistentOperationQueue {
     func parkIfWaiting(_ ids: [String]) {
         state.withLock { state in
             for id in ids {
-                state.entries.withEntry(id) { entry in
-                    guard let operation = entry.operation, !entry.hasStarted, !entry.isCancelRequested, entry.ending == nil else { return }
-                    switch entry.phase {
-                    case .scheduled(.some), .ready, .blocked, .waitingForConditions:
-                        entry.parkedOperation = operation
-                        entry.operation = nil
-                    case .scheduled(nil), .queued, .running, .waitingToRetry:
-                        return
-                    }
-                }
+                state.entries.withEntry(id) { Self.parkIfWaiting(&$0) }
             }
+        }
+    }
+
+    /// Parks the operation of `entry` if it waits now, as `parkIfWaiting(_:)` does for the
+    /// entries of ids.
+    static func parkIfWaiting(_ entry: inout Entry) {
+        guard let operation = entry.operation, !entry.hasStarted, !entry.isCancelRequested, entry.ending == nil else { return }
+        switch entry.phase {
+        case .scheduled(.some), .ready, .blocked, .waitingForConditions:
+            entry.parkedOperation = operation
+            entry.operation = nil
+        case .scheduled(nil), .queued, .running, .waitingToRetry:
+            return
         }
     }
 

@@ -63,6 +63,7 @@ extension PersistentOperationQueue {
     /// by prerequisites or in its lane) is left to ``scheduleLinked(_:due:ended:laneAhead:)``,
     /// which reports why it waits.
     func enqueueSlots(for ids: [String?]) -> [Bool] {
+        guard ids.contains(where: { $0 != nil }) else { return ids.map { _ in false } }
         let window = slotWindow()
         let (scheduled, slots) = state.withLock { state -> ([Bool], [AttemptSlot]) in
             var slots: [AttemptSlot] = []
@@ -80,14 +81,16 @@ extension PersistentOperationQueue {
         return scheduled
     }
 
-    /// Under the lock: `queueOrHold`, and stores the entry. When that gave it no slot while
+    /// Under the lock: `queueOrHold`, and stores the entry (parking its operation first if it
+    /// waits, when `parksIfWaiting`: see `+Release`). When that gave it no slot while
     /// operations must run alone, the slots `fillSlots` gives now: the first of the isolation
     /// list may be one that cannot start (it waits for prerequisites or a date, or was parked
     /// just now), which must not hold this one and the rest back.
-    func queueOrHoldRefilling(_ entry: inout Entry, in state: inout State, window: Int) -> [AttemptSlot] {
+    func queueOrHoldRefilling(_ entry: inout Entry, in state: inout State, window: Int, parksIfWaiting: Bool = false) -> [AttemptSlot] {
         let id = entry.record.id
         let wasIsolationHead = state.isolation.first == id
         let slot = queueOrHold(&entry, in: &state, window: window)
+        if parksIfWaiting { Self.parkIfWaiting(&entry) }
         state.entries[id] = entry
         if let slot { return [slot] }
         if wasIsolationHead || !state.isolation.isEmpty {

@@ -22,32 +22,47 @@ extension PersistentOperationQueue {
         for index in members {
             attach(operations[index], id: records[index].id, expiresAt: records[index].expiresAt)
         }
-        let linked = state.withLock { state -> [(ended: (id: String, ending: Entry.Ending)?, lane: (waits: Bool, ahead: Int))] in
+        let window = slotWindow()
+        let now = timer.now
+        typealias Linked = (ended: (id: String, ending: Entry.Ending)?, lane: (waits: Bool, ahead: Int))
+        let (linked, queued, slots) = state.withLock { state -> ([Linked], [Bool], [AttemptSlot]) in
             // Parked operations of earlier adds that the app has let go of since: their entries
             // let go of them too, a few for each one added (see `+Release`).
             sweepReleasedOperations(budget: 2 * operations.count + 16, in: &state)
+            var queued = [Bool](repeating: false, count: operations.count)
+            var slots: [AttemptSlot] = []
             for index in members {
+                let id = records[index].id
                 // Its payload is in the store now: the entry keeps none (see `withStoredPayload`).
                 var entry = Entry(record: records[index], operation: operations[index], attemptsInFlight: 0)
                 entry.record.payload = Data()
                 let key = ObjectIdentifier(operations[index])
                 entry.operationKey = key
-                state.entries.updateValue(entry, forKey: records[index].id)
-                state.idsByOperation[key] = records[index].id
+                state.idsByOperation[key] = id
                 if let batch = records[index].batchID { state.batchMembers[batch, default: 0] += 1 }
+                if records[index].prerequisites.isEmpty, records[index].lane == nil, records[index].dueDate.map({ $0 <= now }) != false {
+                    // Nothing to wait for (all of a plain batch): queued, or held for room
+                    // (and parked), as it is stored.
+                    queued[index] = true
+                    slots += queueOrHoldRefilling(&entry, in: &state, window: window, parksIfWaiting: mayPark[index])
+                } else {
+                    state.entries.updateValue(entry, forKey: id)
+                }
             }
-            return members.map { index in
+            let linked = members.map { index -> Linked in
+                guard !queued[index] else { return (nil, (false, 0)) }
                 let id = records[index].id
                 return (link(id, to: records[index].prerequisites, holdingFrom: liveIDs[index], in: &state), joinLane(id, in: &state))
             }
+            return (linked, queued, slots)
         }
-        // Those due now (all of a plain batch) are queued, or held for room, under one hold of
-        // the lock; the others are scheduled one at a time.
-        let now = timer.now
+        for slot in slots { operationQueue.addOperation(slot) }
+        if queued.contains(true) { noteRunProgress() }
+        // The others: those due now, under one more hold of the lock, and the rest one at a time.
         let scheduled = enqueueSlots(for: members.map { index in
-            linked[index].ended == nil && records[index].dueDate.map { $0 <= now } != false ? records[index].id : nil
+            !queued[index] && linked[index].ended == nil && records[index].dueDate.map { $0 <= now } != false ? records[index].id : nil
         })
-        for index in members where !scheduled[index] {
+        for index in members where !queued[index] && !scheduled[index] {
             scheduleLinked(records[index].id, due: records[index].dueDate, ended: linked[index].ended, laneAhead: linked[index].lane.ahead)
         }
         for index in members {
@@ -55,7 +70,7 @@ extension PersistentOperationQueue {
         }
         let parkable = members.filter { mayPark[$0] }
         guard !parkable.isEmpty else { return }
-        parkIfWaiting(parkable.map { records[$0].id })
+        parkIfWaiting(parkable.filter { !queued[$0] }.map { records[$0].id })
         // A cancel before it was parked found it held, and did nothing: hold it again.
         for index in parkable where operations[index].isCancelled {
             operationWasCancelled(records[index].id, operations[index])
