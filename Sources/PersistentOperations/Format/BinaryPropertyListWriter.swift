@@ -9,8 +9,11 @@ import Foundation
 package enum BinaryPropertyListWriter {
     /// The bytes of `value` as a binary property list.
     package static func data(for value: PropertyListValue) -> Data {
-        let objectCount = count(value)
-        var writer = Writer(referenceSize: byteWidth(for: UInt64(objectCount)), objectCount: objectCount)
+        let (objectCount, objectBytes) = measure(value)
+        // The header, the objects, the offset table and the trailer, at most: the buffer is
+        // never grown.
+        let capacity = 8 + objectBytes + 8 * objectCount + 32
+        var writer = Writer(referenceSize: byteWidth(for: UInt64(objectCount)), objectCount: objectCount, capacity: capacity)
         writer.output.append(contentsOf: Array("bplist00".utf8))
         writer.append(value)
         var output = writer.output
@@ -26,6 +29,32 @@ package enum BinaryPropertyListWriter {
         appendBigEndian(0, width: 8, to: &output)  // top object
         appendBigEndian(offsetTableOffset, width: 8, to: &output)
         return Data(output)
+    }
+
+    /// The number of objects of `value` and an upper bound of the bytes they take: a marker
+    /// with its count takes at most 10 bytes, a reference is counted as 8, and a string that
+    /// is not ASCII (written as UTF-16) at most two bytes for each of its UTF-8 bytes.
+    private static func measure(_ value: PropertyListValue) -> (objects: Int, bytes: Int) {
+        switch value {
+        case .array(let elements):
+            return elements.reduce((1, 10 + 8 * elements.count)) { total, element in
+                let (objects, bytes) = measure(element)
+                return (total.0 + objects, total.1 + bytes)
+            }
+        case .dictionary(let entries):
+            return entries.reduce((1 + entries.count, 10 + 16 * entries.count)) { total, entry in
+                let (objects, bytes) = measure(entry.value)
+                return (total.0 + objects, total.1 + bytes + 10 + 2 * entry.key.utf8.count)
+            }
+        case .data(let data):
+            return (1, 10 + data.count)
+        case .string(let string):
+            return (1, 10 + 2 * string.utf8.count)
+        case .unsignedInteger:
+            return (1, 17)
+        default:
+            return (1, 9)
+        }
     }
 
     private static func count(_ value: PropertyListValue) -> Int {
@@ -47,10 +76,10 @@ package enum BinaryPropertyListWriter {
         var output: [UInt8] = []
         var offsets: [Int] = []
 
-        init(referenceSize: Int, objectCount: Int) {
+        init(referenceSize: Int, objectCount: Int, capacity: Int) {
             self.referenceSize = referenceSize
             offsets.reserveCapacity(objectCount)
-            output.reserveCapacity(64 + objectCount * 16)
+            output.reserveCapacity(capacity)
         }
 
         /// Writes `value` and its children; returns the number of `value`.
@@ -118,13 +147,13 @@ package enum BinaryPropertyListWriter {
                 output.append(contentsOf: data)
             case .string(let string):
                 var string = string
-                let isASCII = string.withUTF8 { $0.allSatisfy { $0 < 0x80 } }
-                if isASCII {
-                    string.withUTF8 { utf8 in
-                        appendMarker(0x50, count: utf8.count, to: &output)
-                        output.append(contentsOf: utf8)
-                    }
-                } else {
+                let isASCII = string.withUTF8 { utf8 in
+                    guard utf8.allSatisfy({ $0 < 0x80 }) else { return false }
+                    appendMarker(0x50, count: utf8.count, to: &output)
+                    output.append(contentsOf: utf8)
+                    return true
+                }
+                if !isASCII {
                     appendMarker(0x60, count: string.utf16.count, to: &output)
                     for unit in string.utf16 {
                         output.append(UInt8(truncatingIfNeeded: unit >> 8))
@@ -162,8 +191,16 @@ package enum BinaryPropertyListWriter {
     }
 
     private static func appendBigEndian(_ value: UInt64, width: Int, to bytes: inout [UInt8]) {
-        for shift in stride(from: (width - 1) * 8, through: 0, by: -8) {
-            bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift)))
+        // The widths of integers, references and offsets, in one append each.
+        switch width {
+        case 1: bytes.append(UInt8(truncatingIfNeeded: value))
+        case 2: withUnsafeBytes(of: UInt16(truncatingIfNeeded: value).bigEndian) { bytes.append(contentsOf: $0) }
+        case 4: withUnsafeBytes(of: UInt32(truncatingIfNeeded: value).bigEndian) { bytes.append(contentsOf: $0) }
+        case 8: withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+        default:
+            for shift in stride(from: (width - 1) * 8, through: 0, by: -8) {
+                bytes.append(UInt8(truncatingIfNeeded: value >> UInt64(shift)))
+            }
         }
     }
 }
