@@ -13,16 +13,20 @@ import PersistentOperations
 ///   (`waitUntilAllOperationsAreFinished`), then adds the next: the latency of the
 ///   lifecycle, as ops/s.
 /// - **8 producers:** eight threads do the same at once, each waiting for its own
-///   operation's `succeeded` event before adding its next; concurrent adds and removals
-///   share directory syncs (group commit).
+///   operation to finish (its completion block) before adding its next; concurrent adds
+///   share a flush (group commit), and removals ride along with the next one. (Not through
+///   the queue's events: under a steady stream, their delivery coalesces up to a millisecond
+///   of them into one hop, and a producer that waits for its own event waits for that too —
+///   measured, 5,900 lifecycles a second against 14,000.)
 /// - **Baseline, raw serial loop:** one thread writes the bytes of a real record file (taken
 ///   from a store) to a new file, `fsync`s it, renames it into place and `fsync`s the
 ///   directory — one durable file creation per operation, nothing else.
 ///
-/// The queue side does more disk work than the baseline by design: besides the same durable
-/// add, each attempt writes an attempt marker (temporary file + rename, no sync) and the
-/// removal unlinks the record and syncs the directory again. A raw loop on eight threads
-/// is reported too, to show how far this disk scales with concurrency at all.
+/// The queue side appends to its journal: the add's frame is flushed before `addOperation`
+/// returns; each attempt writes an attempt frame and each removal a removal frame, written
+/// but not flushed (the next flush, or the writer's flush delay, makes them durable). A raw
+/// loop on eight threads is reported too, to show how far this disk scales with concurrency
+/// at all.
 ///
 /// All sides run in interleaved rounds; each figure is the median of its rounds and each
 /// ratio the median of the rounds' ratios.
@@ -148,18 +152,22 @@ struct DurableThroughputBenchmark: Benchmark {
     }
 
     /// `producers` threads add `count` operations in all, each waiting for its previous
-    /// operation to succeed before adding the next.
+    /// operation to finish before adding the next.
     static func queueConcurrent(count: Int, producers: Int) throws -> Sample {
         let directory = try TemporaryDirectory("p3-concurrent")
         defer { directory.remove() }
         let queue = try StoreFixture.openQueue(directory.url, suspended: false)
         defer { queue.close() }
-        let waiter = OutcomeWaiter(queue: queue)
         let result = try sample(count: count) {
             try onThreads(producers) { producer in
+                let finished = DispatchSemaphore(value: 0)
                 for _ in 0..<share(of: count, for: producer, among: producers) {
-                    let result = try queue.addOperation(StoredBenchmarkOperation(payload: .example), options: EnqueueOptions())
-                    try waiter.wait(for: result.id)
+                    let operation = StoredBenchmarkOperation(payload: .example)
+                    operation.completionBlock = { finished.signal() }
+                    try queue.addOperation(operation, options: EnqueueOptions())
+                    guard finished.wait(timeout: .now() + 60) == .success else {
+                        throw BenchmarkFailure("an operation did not finish within 60 s")
+                    }
                 }
             }
         }

@@ -60,9 +60,12 @@ struct TemporaryDirectory {
 /// Lets a thread wait for the outcome of one operation of a queue, through the queue's
 /// public events.
 final class OutcomeWaiter: @unchecked Sendable {
-    // @unchecked: `finished` is only touched while `condition` is locked.
-    private let condition = NSCondition()
+    // @unchecked: `finished` and `waiting` are only touched while `lock` is held.
+    private let lock = NSLock()
     private var finished: Set<PersistentOperationID> = []
+    /// The producers waiting, each for its own operation: only that one is woken (a
+    /// broadcast would wake every producer at each end, and all but one would sleep again).
+    private var waiting: [PersistentOperationID: DispatchSemaphore] = [:]
 
     /// Installs the waiter as `queue`'s event handler.
     init(queue: PersistentOperationQueue) {
@@ -77,22 +80,26 @@ final class OutcomeWaiter: @unchecked Sendable {
     }
 
     private func noteFinished(_ id: PersistentOperationID) {
-        condition.lock()
-        finished.insert(id)
-        condition.broadcast()
-        condition.unlock()
+        lock.lock()
+        let waiter = waiting.removeValue(forKey: id)
+        if waiter == nil { finished.insert(id) }
+        lock.unlock()
+        waiter?.signal()
     }
 
     /// Returns once the operation `id` has succeeded, failed or been cancelled, which the
     /// queue reports after removing or moving its record.
     func wait(for id: PersistentOperationID) throws {
-        let deadline = Date(timeIntervalSinceNow: 60)
-        condition.lock()
-        defer { condition.unlock() }
-        while finished.remove(id) == nil {
-            guard condition.wait(until: deadline) else {
-                throw BenchmarkFailure("operation \(id) did not finish within 60 s")
-            }
+        lock.lock()
+        if finished.remove(id) != nil {
+            lock.unlock()
+            return
+        }
+        let semaphore = DispatchSemaphore(value: 0)
+        waiting[id] = semaphore
+        lock.unlock()
+        guard semaphore.wait(timeout: .now() + 60) == .success else {
+            throw BenchmarkFailure("operation \(id) did not finish within 60 s")
         }
     }
 }
