@@ -229,9 +229,10 @@ extension PersistentOperationQueue {
     /// is when its call returns.
     ///
     /// Measured on a 2-core Linux machine with an SSD (S1 and S1.process of the benchmarks: one
-    /// add → success → removal at a time): `flushed` about 4,300 lifecycles a second, one
-    /// `fdatasync` each; `processCrash` 12,000 to 16,000, no flush at all. On Apple platforms a flush is `F_FULLFSYNC`, which costs
-    /// milliseconds: batch adds with `addOperations` (one flush for the whole batch).
+    /// add → success → removal at a time): `flushed` 4,300 to 4,800 lifecycles a second, one
+    /// `fdatasync` each; `processCrash` 13,600 to 14,500, no flush at all. On Apple platforms
+    /// a flush is `F_FULLFSYNC`, which costs milliseconds: batch adds with `addOperations` (one
+    /// flush for the whole batch).
     public enum Durability: Sendable, Equatable {
         /// Flushed to stable storage before the call returns (the default): survives power
         /// cuts. Concurrent changes share one flush.
