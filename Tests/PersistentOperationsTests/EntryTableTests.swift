@@ -88,4 +88,54 @@ struct EntryTableTests {
         #expect(table.first.map { reference[$0.key] == $0.value.kills } ?? reference.isEmpty)
         #expect(table.isEmpty == reference.isEmpty)
     }
+
+    @Test func randomChangesOfEntriesHeldByTheirUUIDsCompactOrWholeLeaveWhatADictionaryWouldHold() throws {
+        // Identifiers in canonical form are found through the table's index of positions;
+        // an entry with crash evidence (kills) is held whole, one without compact, and a
+        // change moves it between the two (the last of each kind moving into its place)
+        var table = PersistentOperationQueue.EntryTable()
+        var reference: [String: Int] = [:]
+        var random = SeededGenerator(seed: 91)
+        let records = try (0..<500).map { index -> OperationRecord in
+            var record = try makeRecord(index: index)
+            record.id = RecordIdentifier.make()
+            record.payload = Data()
+            return record
+        }
+        var sawBoth = false
+        for step in 1...20_000 {
+            let record = records[Int.random(in: 0..<records.count, using: &random)]
+            let id = record.id
+            switch Int.random(in: 0..<6, using: &random) {
+            case 0, 1:
+                // Add or replace, compact or whole
+                var new = PersistentOperationQueue.Entry(record: record, operation: nil, attemptsInFlight: 0)
+                new.kills = Bool.random(using: &random) ? 0 : step
+                #expect(table.updateValue(new, forKey: id)?.kills == reference[id])
+                reference[id] = new.kills
+            case 2:
+                #expect(table.removeValue(forKey: id)?.kills == reference.removeValue(forKey: id))
+            case 3, 4:
+                // Whole to compact and back, in place
+                guard let kills = reference[id] else { continue }
+                let changed = kills == 0 ? step : 0
+                table[id]?.kills = changed
+                reference[id] = changed
+            default:
+                table[id] = nil
+                reference[id] = nil
+            }
+            #expect(table.count == reference.count)
+            if table.compactCount > 50, table.count - table.compactCount > 50 { sawBoth = true }
+        }
+        #expect(sawBoth, "many entries of both kinds at once")
+        for record in records { #expect(table[record.id]?.kills == reference[record.id]) }
+        #expect(Dictionary(uniqueKeysWithValues: table.map { ($0.key, $0.value.kills) }) == reference)
+        // Emptied, it holds nothing, and takes them all again
+        for record in records { table[record.id] = nil }
+        #expect(table.isEmpty)
+        for record in records { table[record.id] = PersistentOperationQueue.Entry(record: record, operation: nil, attemptsInFlight: 0) }
+        #expect(table.count == records.count && table.compactCount == records.count)
+        for record in records { #expect(table[record.id]?.record.id == record.id) }
+    }
 }

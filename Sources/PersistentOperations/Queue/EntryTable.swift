@@ -26,13 +26,16 @@ extension PersistentOperationQueue {
     struct EntryTable: Sendable, Sequence {
         // Where each entry is: a position in `full` (0, 1, …) or in `compact` (-1, -2, …:
         // `~position`). Identifiers in canonical form are keyed by their UUID.
-        private var uuidPositions: [UUIDBits: Int32] = [:]
+        private var positions = PositionIndex()
         private var textPositions: [String: Int32] = [:]
         /// The whole entries, never `nil` between calls: optional so that an entry can be
         /// changed in place, through the array's own element access (see the subscript's
         /// `_modify`).
         private var full: [Entry?] = []
         private var fullIDs: [String] = []
+        /// The UUID of each whole entry's identifier, for ``positions`` (zero for an
+        /// identifier not in canonical form, which ``positions`` never holds).
+        private var fullKeys: [UUIDBits] = []
         private var compact: [Entry.Compact] = []
         private var compactIDs: [UUIDBits] = []
 
@@ -112,10 +115,8 @@ extension PersistentOperationQueue {
         /// ``readyIfBeingScheduled(_:hint:)``), or nil when it did not add it.
         mutating func insertCompact(_ entry: Entry.Compact, uuid: UUIDBits) -> Int32? {
             let index = Int32(compact.count)
-            if let existing = uuidPositions.updateValue(~index, forKey: uuid) {
-                uuidPositions[uuid] = existing
-                return nil
-            }
+            guard positions.position(of: uuid, keys: positionKeys) == nil else { return nil }
+            positions.insert(~index, of: uuid, keys: positionKeys)
             compact.append(entry)
             compactIDs.append(uuid)
             return index
@@ -228,24 +229,36 @@ extension PersistentOperationQueue {
 
         /// Makes room for `capacity` entries in all, expected to wait their turn (compact).
         mutating func reserveCapacity(_ capacity: Int) {
-            uuidPositions.reserveCapacity(capacity)
+            positions.reserveCapacity(capacity, keys: positionKeys)
             compact.reserveCapacity(capacity)
             compactIDs.reserveCapacity(capacity)
         }
 
         // MARK: Positions
 
+        /// The UUIDs of the entries by position, for ``positions``.
+        private var positionKeys: PositionIndex.Keys { PositionIndex.Keys(full: fullKeys, compact: compactIDs) }
+
         private func position(of key: RecordKey) -> Int32? {
             switch key {
-            case .uuid(let uuid): uuidPositions[uuid]
+            case .uuid(let uuid): positions.position(of: uuid, keys: positionKeys)
             case .text(let text): textPositions[text]
             }
         }
 
-        private mutating func setPosition(_ position: Int32?, of key: RecordKey) {
+        /// Adds the position of `key`, which the table does not hold yet.
+        private mutating func addPosition(_ position: Int32, of key: RecordKey) {
             switch key {
-            case .uuid(let uuid): uuidPositions[uuid] = position
+            case .uuid(let uuid): positions.insert(position, of: uuid, keys: positionKeys)
             case .text(let text): textPositions[text] = position
+            }
+        }
+
+        /// Removes the position of `key`, while its entry is still where it was.
+        private mutating func removePosition(of key: RecordKey) {
+            switch key {
+            case .uuid(let uuid): positions.remove(uuid, keys: positionKeys)
+            case .text(let text): textPositions[text] = nil
             }
         }
 
@@ -293,39 +306,45 @@ extension PersistentOperationQueue {
         }
 
         private mutating func appendFull(_ entry: Entry, id: String, key: RecordKey) {
-            setPosition(Int32(full.count), of: key)
+            addPosition(Int32(full.count), of: key)
             full.append(entry)
             fullIDs.append(id)
+            if case .uuid(let uuid) = key { fullKeys.append(uuid) } else { fullKeys.append(UUIDBits(high: 0, low: 0)) }
         }
 
         private mutating func appendCompact(_ entry: Entry.Compact, uuid: UUIDBits) {
-            uuidPositions[uuid] = ~Int32(compact.count)
+            positions.insert(~Int32(compact.count), of: uuid, keys: positionKeys)
             compact.append(entry)
             compactIDs.append(uuid)
         }
 
         /// Removes the whole entry at `index`, whose key is `key`: the last whole entry moves
-        /// into its place.
+        /// into its place. (The positions change first, while every entry is where they say.)
         private mutating func removeFull(at index: Int, key: RecordKey) {
-            setPosition(nil, of: key)
+            removePosition(of: key)
             let last = full.count - 1
             if index != last {
+                switch RecordKey(fullIDs[last]) {
+                case .uuid(let uuid): positions.move(uuid, from: Int32(last), to: Int32(index))
+                case .text(let text): textPositions[text] = Int32(index)
+                }
                 full.swapAt(index, last)
                 fullIDs.swapAt(index, last)
-                setPosition(Int32(index), of: RecordKey(fullIDs[index]))
+                fullKeys.swapAt(index, last)
             }
             full.removeLast()
             fullIDs.removeLast()
+            fullKeys.removeLast()
         }
 
         /// Removes the compact entry at `index`: the last compact entry moves into its place.
         private mutating func removeCompact(at index: Int) {
-            uuidPositions[compactIDs[index]] = nil
+            positions.remove(compactIDs[index], keys: positionKeys)
             let last = compact.count - 1
             if index != last {
+                positions.move(compactIDs[last], from: ~Int32(last), to: ~Int32(index))
                 compact.swapAt(index, last)
                 compactIDs.swapAt(index, last)
-                uuidPositions[compactIDs[index]] = ~Int32(index)
             }
             compact.removeLast()
             compactIDs.removeLast()

@@ -1,0 +1,156 @@
+import Foundation
+
+extension PersistentOperationQueue {
+    /// Where the entries of canonical identifiers sit in an ``EntryTable``, found by their
+    /// UUIDs: an open-addressing hash table that holds the positions alone, 4 bytes a slot.
+    ///
+    /// The table's own arrays already hold each entry's UUID, so a slot need not: a lookup
+    /// compares the UUID of the entry at each position it probes (``Keys``). A dictionary of
+    /// UUIDs to positions takes 2²¹ slots of 20 bytes for a million entries (42 MB); this takes
+    /// 1.25 million slots of 4 (5 MB). Probing is linear from a position the UUID's seeded hash
+    /// picks (as ``RecordTable``'s, so that identifiers read from a crafted file cannot be made
+    /// to collide), and a removal shifts the slots that follow back into place.
+    ///
+    /// ```swift
+    /// var index = PersistentOperationQueue.PositionIndex()
+    /// let uuid = UUIDBits(high: 1, low: 2)
+    /// let keys = PersistentOperationQueue.PositionIndex.Keys(full: [], compact: [uuid])
+    /// index.insert(~0, of: uuid, keys: keys)                     // the compact entry at 0
+    /// let found = index.position(of: uuid, keys: keys)           // ~0
+    /// index.remove(uuid, keys: keys)
+    /// ```
+    struct PositionIndex: Sendable {
+        /// The UUIDs of the entries, by position: whole entries at 0, 1, …; compact ones at
+        /// -1, -2, … (`~index`).
+        struct Keys {
+            let full: [UUIDBits]
+            let compact: [UUIDBits]
+
+            subscript(position: Int32) -> UUIDBits {
+                position >= 0 ? full[Int(position)] : compact[~Int(position)]
+            }
+        }
+
+        /// The most a table is filled before it grows: 80 %.
+        static let maximumLoad = 0.8
+        /// A slot that holds no position.
+        private static let empty = Int32.min
+
+        private var slots: [Int32] = []
+        private(set) var count = 0
+        /// The process's seed, kept here so that hashing does not look up a global each time.
+        private let seed = HashSeed.words
+
+        /// The position of `uuid`, if the index holds it.
+        func position(of uuid: UUIDBits, keys: Keys) -> Int32? {
+            slot(of: uuid, keys: keys).map { slots[$0] }
+        }
+
+        /// Adds `position` for `uuid`, which the index must not hold yet. (`keys` need not
+        /// hold it yet: only the positions already in the index are looked at.)
+        mutating func insert(_ position: Int32, of uuid: UUIDBits, keys: Keys) {
+            precondition(position != Self.empty, "position out of range")
+            if Double(count + 1) > Double(slots.count) * Self.maximumLoad {
+                // By half again: a table that grows one add at a time never holds twice what it needs.
+                resize(to: Self.slotCount(for: Swift.max(count + 1, count + count / 2)), keys: keys)
+            }
+            var slot = home(of: uuid)
+            while slots[slot] != Self.empty {
+                slot = next(slot)
+            }
+            slots[slot] = position
+            count += 1
+        }
+
+        /// Changes the position `uuid` has from `old` to `new`, before the entry moves there
+        /// (its slot is found by the position it holds, not by the UUID at it).
+        mutating func move(_ uuid: UUIDBits, from old: Int32, to new: Int32) {
+            guard count > 0 else { return }
+            var slot = home(of: uuid)
+            while slots[slot] != Self.empty {
+                if slots[slot] == old {
+                    slots[slot] = new
+                    return
+                }
+                slot = next(slot)
+            }
+        }
+
+        /// Removes `uuid`; returns the position it had, if the index held it.
+        @discardableResult
+        mutating func remove(_ uuid: UUIDBits, keys: Keys) -> Int32? {
+            guard var hole = slot(of: uuid, keys: keys) else { return nil }
+            let removed = slots[hole]
+            slots[hole] = Self.empty
+            count -= 1
+            // Backward shift: each slot of the run after the hole that may sit in it (its home is
+            // not strictly between the hole and it, cyclically) moves there, leaving a new hole.
+            var slot = next(hole)
+            while slots[slot] != Self.empty {
+                let home = home(of: keys[slots[slot]])
+                let distanceFromHome = (slot - home + slots.count) % slots.count
+                let distanceToHole = (slot - hole + slots.count) % slots.count
+                if distanceFromHome >= distanceToHole {
+                    slots[hole] = slots[slot]
+                    slots[slot] = Self.empty
+                    hole = slot
+                }
+                slot = next(slot)
+            }
+            return removed
+        }
+
+        /// Makes room for `capacity` positions in all without growing again.
+        mutating func reserveCapacity(_ capacity: Int, keys: Keys) {
+            let needed = Self.slotCount(for: capacity)
+            if needed > slots.count { resize(to: needed, keys: keys) }
+        }
+
+        // MARK: Probing
+
+        private func slot(of uuid: UUIDBits, keys: Keys) -> Int? {
+            guard count > 0 else { return nil }
+            var slot = home(of: uuid)
+            while slots[slot] != Self.empty {
+                if keys[slots[slot]] == uuid { return slot }
+                slot = next(slot)
+            }
+            return nil
+        }
+
+        private func next(_ slot: Int) -> Int {
+            slot + 1 == slots.count ? 0 : slot + 1
+        }
+
+        /// Where probing for `uuid` starts: its hash scaled into the slot count.
+        private func home(of uuid: UUIDBits) -> Int {
+            Int(truncatingIfNeeded: Self.hash(uuid, seed: seed).multipliedFullWidth(by: UInt64(slots.count)).high)
+        }
+
+        private mutating func resize(to slotCount: Int, keys: Keys) {
+            let old = slots
+            slots = Array(repeating: Self.empty, count: slotCount)
+            for position in old where position != Self.empty {
+                var slot = home(of: keys[position])
+                while slots[slot] != Self.empty {
+                    slot = next(slot)
+                }
+                slots[slot] = position
+            }
+        }
+
+        /// The slots that hold `capacity` positions at most ``maximumLoad`` full.
+        private static func slotCount(for capacity: Int) -> Int {
+            Swift.max(8, Int((Double(capacity) / maximumLoad).rounded(.up)) + 1)
+        }
+
+        /// A 64-bit hash of the UUID's 128 bits keyed by the process's seed, as
+        /// ``RecordTable/hash(_:seed:)`` mixes them.
+        static func hash(_ uuid: UUIDBits, seed: (UInt64, UInt64, UInt64)) -> UInt64 {
+            let product = (uuid.low ^ seed.0).multipliedFullWidth(by: uuid.high ^ seed.1)
+            let folded = product.high ^ product.low
+            let mixed = (folded ^ seed.2).multipliedFullWidth(by: 0x9E37_79B9_7F4A_7C15)
+            return mixed.high ^ mixed.low
+        }
+    }
+}
