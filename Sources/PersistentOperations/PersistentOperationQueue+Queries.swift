@@ -460,7 +460,7 @@ extension PersistentOperationQueue {
             hub.emit(enqueued: [record])
             trackRestored(record)
             requeued.append(RestoredRecord(
-                id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate,
+                id: record.id, order: record.runOrder, due: record.dueDate,
                 prerequisites: record.prerequisites, lane: record.lane
             ))
         }

@@ -200,10 +200,31 @@ struct CompactEntryTests {
         }
     }
 
-    @Test func whatARestoreKeepsOfARecordUntilItIsScheduledTakes80Bytes() {
-        // (Its compact entry's position sits in the padding after its due date.)
-        #expect(MemoryLayout<PersistentOperationQueue.RestoredRecord>.stride == 80)
+    @Test func whatARestoreKeepsOfARecordUntilItIsScheduledTakes48Bytes() {
+        #expect(MemoryLayout<PersistentOperationQueue.RestoredRecord>.stride == 48)
         #expect(MemoryLayout<PersistentOperationQueue.Entry.Compact>.stride == 96)
+    }
+
+    @Test func aRestoredRecordGivesBackItsIdentifierOrderAndDueDateExactly() {
+        typealias Restored = PersistentOperationQueue.RestoredRecord
+        let canonical = RecordIdentifier.make()
+        let date = Date(timeIntervalSinceReferenceDate: 785_000_000.123_456)
+        let cases: [(id: String, order: RunOrder, due: Date?, isPlain: Bool)] = [
+            (canonical, RunOrder(priority: 4, enqueueSequence: 17), date, true),
+            (canonical, RunOrder(priority: -8, enqueueSequence: .max), nil, true),
+            // Out of line: an identifier not in canonical form, a priority wider than 32 bits,
+            // a due date that is not a number (a store written by hand)
+            ("legacy-id", RunOrder(priority: 0, enqueueSequence: 1), date, false),
+            (canonical, RunOrder(priority: Int.min, enqueueSequence: 2), nil, false),
+            (canonical, RunOrder(priority: 1, enqueueSequence: 3), Date(timeIntervalSinceReferenceDate: .nan), false),
+        ]
+        for (id, order, due, isPlain) in cases {
+            let restored = Restored(id: id, order: order, due: due, prerequisites: [])
+            #expect(restored.id == id && restored.operationID.rawValue == id)
+            #expect(restored.order.priority == order.priority && restored.order.enqueueSequence == order.enqueueSequence)
+            #expect(restored.due?.timeIntervalSinceReferenceDate.bitPattern == due?.timeIntervalSinceReferenceDate.bitPattern)
+            #expect(restored.isPlain == isPlain, "\(id) \(order) \(String(describing: due))")
+        }
     }
 
     /// The phase, with the identity of its timer token.

@@ -110,6 +110,16 @@ extension PersistentOperationQueue {
             }
         }
 
+        /// The type identifier of the record of `key`, if the table holds it, without making
+        /// a compact entry whole.
+        func typeIdentifier(of key: RecordKey) -> String? {
+            switch position(of: key) {
+            case let position? where position >= 0: return full[Int(position)]!.record.typeIdentifier
+            case let position?: return compact[~Int(position)].record.typeIdentifier
+            case nil: return nil
+            }
+        }
+
         /// Adds `entry` under the canonical identifier `uuid`, with one lookup, unless the
         /// table holds an entry of `uuid` already; returns where it put it (a hint for
         /// ``readyIfBeingScheduled(_:hint:)``), or nil when it did not add it.

@@ -206,7 +206,9 @@ extension PersistentOperationQueue {
         // Reported before any of them is scheduled, so each `restored` event comes before
         // the operation's first `started`.
         if hub.hasSubscribers {
-            hub.emit(contentsOf: restored.map { .restored($0.operationID, typeIdentifier: $0.typeIdentifier) })
+            // (Their types from the queue's table: a restored record does not keep its own.)
+            let types = state.withLock { state in restored.map { state.entries.typeIdentifier(of: $0.key) ?? "" } }
+            hub.emit(contentsOf: zip(restored, types).map { .restored($0.operationID, typeIdentifier: $1) })
         }
         hub.emit(contentsOf: report.unknownConditions.map { .unknownConditions($0.id, conditions: $0.conditions) })
         // Lanes: the failed records that hold theirs, and the restored records in enqueue order
@@ -304,7 +306,7 @@ extension PersistentOperationQueue {
             return state.entries.insertCompact(entry, uuid: fields.key)
         }
         guard let position else { return false }
-        var admitted = RestoredRecord(key: .uuid(fields.key), typeIdentifier: fields.typeIdentifier, order: fields.runOrder, due: fields.dueDate)
+        var admitted = RestoredRecord(key: .uuid(fields.key), order: fields.runOrder, due: fields.dueDate)
         admitted.compactPosition = position
         restored.append(admitted)
         return true
@@ -339,20 +341,23 @@ extension PersistentOperationQueue {
         }
     }
 
-    /// What ``restore()`` keeps of a restored record until it is scheduled: 80 bytes, with
+    /// What ``restore()`` keeps of a restored record until it is scheduled: 48 bytes, with
     /// what few records have (prerequisites, crash evidence, an expiration date, run
-    /// conditions) out of line, so that a restore of a million holds no more than it must.
+    /// conditions, an identifier not in canonical form) out of line, so that a restore of a
+    /// million holds no more than it must. (Its type is read from the queue's table when
+    /// an event needs it.)
     struct RestoredRecord {
-        /// The record's identifier, held without an allocation (see `RecordKey`).
-        private(set) var key: RecordKey
-        /// Where the queue's table put its compact entry when a restore admitted it from its
-        /// fields (see `EntryTable.readyIfBeingScheduled(_:hint:)`), else -1. (In the padding
-        /// after `key`.)
-        var compactPosition: Int32 = -1
-        var typeIdentifier: String
-        var order: RunOrder
-        var due: Date?
+        /// The record's identifier as a UUID (zero when it is not in canonical form: then
+        /// ``Rare/textKey`` holds it).
+        private var uuid: UUIDBits
+        private var sequence: UInt64
+        /// The due date's seconds since the reference date; NaN for none.
+        private var dueInterval: Double
         private var rare: Rare?
+        private var priority: Int32
+        /// Where the queue's table put its compact entry when a restore admitted it from its
+        /// fields (see `EntryTable.readyIfBeingScheduled(_:hint:)`), else -1.
+        var compactPosition: Int32 = -1
 
         /// The fields few records have.
         private final class Rare {
@@ -364,8 +369,16 @@ extension PersistentOperationQueue {
             let expiresAt: Date?
             let conditions: [String]
             let lane: String?
+            /// An identifier not in canonical form.
+            let textKey: String?
+            /// A priority that does not fit 32 bits, or a due date that is NaN (from a store
+            /// written by hand): kept exactly.
+            let wideOrder: (priority: Int, due: Date?)?
 
-            init(prerequisites: [String], crashes: Int, kills: Int, runsAlone: Bool, runsAloneAfterOthers: Bool, expiresAt: Date?, conditions: [String], lane: String?) {
+            init(
+                prerequisites: [String], crashes: Int, kills: Int, runsAlone: Bool, runsAloneAfterOthers: Bool,
+                expiresAt: Date?, conditions: [String], lane: String?, textKey: String?, wideOrder: (priority: Int, due: Date?)?
+            ) {
                 self.prerequisites = prerequisites
                 self.crashes = crashes
                 self.kills = kills
@@ -374,34 +387,58 @@ extension PersistentOperationQueue {
                 self.expiresAt = expiresAt
                 self.conditions = conditions
                 self.lane = lane
+                self.textKey = textKey
+                self.wideOrder = wideOrder
             }
         }
 
         init(
-            id: String, typeIdentifier: String, order: RunOrder, due: Date?, prerequisites: [String], crashes: Int = 0, kills: Int = 0,
+            id: String, order: RunOrder, due: Date?, prerequisites: [String], crashes: Int = 0, kills: Int = 0,
             runsAlone: Bool = false, runsAloneAfterOthers: Bool = false, expiresAt: Date? = nil, conditions: [String] = [], lane: String? = nil
         ) {
-            self.key = RecordKey(id)
-            self.typeIdentifier = typeIdentifier
-            self.order = order
-            self.due = due
-            if !prerequisites.isEmpty || crashes != 0 || kills != 0 || runsAlone || runsAloneAfterOthers || expiresAt != nil || !conditions.isEmpty || lane != nil {
+            self.init(
+                key: RecordKey(id), order: order, due: due, prerequisites: prerequisites, crashes: crashes, kills: kills,
+                runsAlone: runsAlone, runsAloneAfterOthers: runsAloneAfterOthers, expiresAt: expiresAt, conditions: conditions, lane: lane
+            )
+        }
+
+        /// A record with none of the rare fields, when its key and order need none.
+        init(key: RecordKey, order: RunOrder, due: Date?) {
+            self.init(key: key, order: order, due: due, prerequisites: [])
+        }
+
+        private init(
+            key: RecordKey, order: RunOrder, due: Date?, prerequisites: [String], crashes: Int = 0, kills: Int = 0,
+            runsAlone: Bool = false, runsAloneAfterOthers: Bool = false, expiresAt: Date? = nil, conditions: [String] = [], lane: String? = nil
+        ) {
+            let textKey: String?
+            switch key {
+            case .uuid(let bits): (uuid, textKey) = (bits, nil)
+            case .text(let text): (uuid, textKey) = (UUIDBits(high: 0, low: 0), text)
+            }
+            sequence = order.enqueueSequence
+            dueInterval = due?.timeIntervalSinceReferenceDate ?? .nan
+            let narrowPriority = Int32(exactly: order.priority)
+            priority = narrowPriority ?? 0
+            let wideOrder = narrowPriority == nil || due?.timeIntervalSinceReferenceDate.isNaN == true ? (order.priority, due) : nil
+            if !prerequisites.isEmpty || crashes != 0 || kills != 0 || runsAlone || runsAloneAfterOthers || expiresAt != nil
+                || !conditions.isEmpty || lane != nil || textKey != nil || wideOrder != nil {
                 rare = Rare(
                     prerequisites: prerequisites, crashes: crashes, kills: kills, runsAlone: runsAlone,
-                    runsAloneAfterOthers: runsAloneAfterOthers, expiresAt: expiresAt, conditions: conditions, lane: lane
+                    runsAloneAfterOthers: runsAloneAfterOthers, expiresAt: expiresAt, conditions: conditions, lane: lane,
+                    textKey: textKey, wideOrder: wideOrder
                 )
             }
         }
 
-        /// A record with none of the rare fields.
-        init(key: RecordKey, typeIdentifier: String, order: RunOrder, due: Date?) {
-            self.key = key
-            self.typeIdentifier = typeIdentifier
-            self.order = order
-            self.due = due
-        }
-
+        /// The record's identifier, held without an allocation (see `RecordKey`).
+        var key: RecordKey { rare?.textKey.map(RecordKey.text) ?? .uuid(uuid) }
         var id: String { key.string }
+        var order: RunOrder { RunOrder(priority: rare?.wideOrder?.priority ?? Int(priority), enqueueSequence: sequence) }
+        var due: Date? {
+            if let wideOrder = rare?.wideOrder { return wideOrder.due }
+            return dueInterval.isNaN ? nil : Date(timeIntervalSinceReferenceDate: dueInterval)
+        }
         /// Whether it has none of the rare fields: nothing but its turn decides when it runs.
         var isPlain: Bool { rare == nil }
         /// The identifier a report gives it.
@@ -469,7 +506,7 @@ extension PersistentOperationQueue {
         guard isRebuildable(record, checkingPayload: false, report: &report) else { return }
         trackRestored(record, suspect: suspect)
         restored.append(RestoredRecord(
-            id: record.id, typeIdentifier: record.typeIdentifier, order: record.runOrder, due: record.dueDate,
+            id: record.id, order: record.runOrder, due: record.dueDate,
             prerequisites: record.prerequisites, crashes: suspect?.crashes ?? 0, kills: suspect?.kills ?? 0,
             runsAlone: suspect?.runsAlone ?? false, runsAloneAfterOthers: suspect?.runsAloneAfterOthers ?? false,
             expiresAt: record.expiresAt, conditions: record.conditions, lane: record.lane
