@@ -145,12 +145,9 @@ extension PersistentOperationQueue {
         }
 
         /// A 64-bit hash of the UUID's 128 bits keyed by the process's seed, as
-        /// ``RecordTable/hash(_:seed:)`` mixes them.
+        /// ``RecordTable`` hashes them.
         static func hash(_ uuid: UUIDBits, seed: (UInt64, UInt64, UInt64)) -> UInt64 {
-            let product = (uuid.low ^ seed.0).multipliedFullWidth(by: uuid.high ^ seed.1)
-            let folded = product.high ^ product.low
-            let mixed = (folded ^ seed.2).multipliedFullWidth(by: 0x9E37_79B9_7F4A_7C15)
-            return mixed.high ^ mixed.low
+            HashSeed.hash(uuid.low, uuid.high, seed: seed)
         }
     }
 }

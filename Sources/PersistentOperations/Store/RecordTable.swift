@@ -172,15 +172,22 @@ struct RecordTable<Value: Sendable>: Sendable, Sequence {
         let (low, high) = withUnsafeBytes(of: key.uuid) { raw in
             (raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self), raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
         }
-        let product = (low ^ seed.0).multipliedFullWidth(by: high ^ seed.1)
+        return HashSeed.hash(low, high, seed: seed)
+    }
+}
+
+/// The seed of ``RecordTable``'s hash (and the queue's index of entry positions), drawn once
+/// per process from the system's random source, and the hash it keys.
+enum HashSeed {
+    /// A 64-bit hash of the 128 bits `first` and `second`, keyed by `seed`: the 128-bit product
+    /// of the two halves, each mixed with a seed word, folded (as wyhash mixes).
+    static func hash(_ first: UInt64, _ second: UInt64, seed: (UInt64, UInt64, UInt64)) -> UInt64 {
+        let product = (first ^ seed.0).multipliedFullWidth(by: second ^ seed.1)
         let folded = product.high ^ product.low
         let mixed = (folded ^ seed.2).multipliedFullWidth(by: 0x9E37_79B9_7F4A_7C15)
         return mixed.high ^ mixed.low
     }
-}
 
-/// The seed of ``RecordTable``'s hash, drawn once per process from the system's random source.
-enum HashSeed {
     static let words: (UInt64, UInt64, UInt64) = {
         var generator = SystemRandomNumberGenerator()
         // Odd words: a product with an odd factor loses no bits of the other.
