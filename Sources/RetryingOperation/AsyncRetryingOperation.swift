@@ -33,6 +33,23 @@ public final class AsyncRetryingOperation: RetryingOperation, @unchecked Sendabl
         public let numberOfRetries: Int
         /// `false` for the first attempt only.
         public var isRetry: Bool { number > 1 }
+        /// The operation's progress (``RetryingOperation/progress``): a retry continues
+        /// from where the last attempt left it.
+        ///
+        /// ```swift
+        /// let backup = AsyncRetryingOperation { attempt in
+        ///     attempt.progress.totalUnitCount = Int64(photos.count)
+        ///     // A retry skips the photos the last attempt uploaded.
+        ///     for photo in photos.dropFirst(Int(attempt.progress.completedUnitCount)) {
+        ///         try await api.upload(photo)
+        ///         attempt.progress.completedUnitCount += 1
+        ///     }
+        /// }
+        /// ```
+        public var progress: Progress { operation.progress }
+        /// (Asked for its progress only when the body does: an operation whose progress
+        /// nobody reads makes none.)
+        let operation: RetryingOperation
     }
 
     /// One attempt.
@@ -70,7 +87,7 @@ public final class AsyncRetryingOperation: RetryingOperation, @unchecked Sendabl
     }
 
     public override func startBaseOperation(isRetry: Bool) {
-        let attempt = Attempt(number: numberOfAttempts, numberOfRetries: numberOfRetries ?? 0)
+        let attempt = Attempt(number: numberOfAttempts, numberOfRetries: numberOfRetries ?? 0, operation: self)
         // Ends are reported by attempt number: an attempt abandoned at its timeout whose task
         // ends late does not end the next attempt.
         let task = Task(priority: taskPriority) { [body] in

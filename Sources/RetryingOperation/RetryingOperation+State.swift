@@ -73,6 +73,9 @@ struct MachineState: Sendable {
     typealias OutcomeWaiters = [OutcomeWaiter]
     /// The tasks awaiting `finalOutcome`; a waiter whose task is cancelled removes itself.
     var outcomeWaiters: OutcomeWaiters = []
+    /// The operation's progress, made the first time it is asked for (see
+    /// ``RetryingOperation/progress``).
+    var progress: Progress?
     /// The callouts waiting to run, kept here so that a state change and the callout it
     /// submits take one lock round trip.
     var callouts = CalloutQueue<RetryingOperation.Callout>()
@@ -489,9 +492,11 @@ extension RetryingOperation {
         var timer: (any ScheduledRetry)?
         var startingQueue: OperationQueue?
         var starter: StarterThread?
+        var progress: Progress?
         let didFinish = machine.withLock { state -> Bool in
             guard !state.phase.isFinished else { return false }
             state.phase = .finished(outcome)
+            progress = state.progress
             swap(&waiters, &state.outcomeWaiters)
             swap(&timer, &state.attemptTimer)
             swap(&startingQueue, &state.startingQueue)
@@ -513,6 +518,7 @@ extension RetryingOperation {
         }
         starter?.finish()
         timer?.cancel()
+        if let progress, case .succeeded = outcome { Self.complete(progress) }
         driver?.operationDidFinish(self, outcome)
 
         log(.debug, "finished: \(outcome)", to: logHandler) {

@@ -537,10 +537,11 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     public final override func cancel() {
         // Recorded before `Operation.cancel()`, which makes an operation waiting for its
         // dependencies ready: the queue may start it at once, and `start()` must see the cancel.
-        let (isRunningAttempt, driver) = machine.withLock { state -> (Bool, (any RetryingOperationDriver)?) in
+        let (isRunningAttempt, driver, progress) = machine.withLock { state -> (Bool, (any RetryingOperationDriver)?, Progress?) in
             state.isCancelled = true
-            return (state.phase.isRunningAttempt, state.driver)
+            return (state.phase.isRunningAttempt, state.driver, state.progress)
         }
+        if let progress, !progress.isCancelled { progress.cancel() }
         super.cancel()
         driver?.operationWasCancelled(self)
         if isRunningAttempt && !isAsynchronous {

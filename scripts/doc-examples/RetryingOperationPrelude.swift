@@ -21,6 +21,11 @@ extension Notification.Name { static let networkIsBack = Notification.Name("netw
 final class Uploader: Sendable {
     func upload(_ file: URL, completion: @escaping @Sendable (Result<Void, any Error>) -> Void) {}
     func cancel(_ file: URL) {}
+    /// Uploads from byte `offset` on, telling `sent` how many bytes are there so far.
+    func upload(
+        _ file: URL, from offset: Int64, sent: @escaping @Sendable (Int64) -> Void,
+        completion: @escaping @Sendable (Result<Void, any Error>) -> Void
+    ) {}
 }
 final class API: Sendable {
     func sync() async throws {}
@@ -71,6 +76,8 @@ var upload: UploadOperation { UploadOperation(file: file) }
 var download: RetryableDownload { RetryableDownload(request: request) }
 var request: URLRequest { URLRequest(url: URL(string: "https://example.com/file")!) }
 var file: URL { URL(fileURLWithPath: "/tmp/photo.jpg") }
+var fileSize: Int64 { 1_000_000 }
+var photos: [URL] { [file] }
 var clock: ManualRetryScheduler { ManualRetryScheduler() }
 var uploader: Uploader { Uploader() }
 var api: API { API() }

@@ -1,0 +1,67 @@
+import Foundation
+
+extension RetryingOperation: ProgressReporting {
+    /// The progress of the operation's work, for a progress bar or a system's progress UI.
+    ///
+    /// The operation sets its units as its attempts go; a view observes it (KVO on Apple
+    /// platforms; read it again on a timer on Linux, whose `Progress` posts no KVO).
+    ///
+    /// ```swift
+    /// final class UploadPhoto: RetryingOperation, @unchecked Sendable {
+    ///     override var isAsynchronous: Bool { true }
+    ///     override func startBaseOperation(isRetry: Bool) {
+    ///         progress.totalUnitCount = fileSize
+    ///         // A retry resumes at the bytes the last attempt got there.
+    ///         uploader.upload(file, from: progress.completedUnitCount, sent: { bytes in
+    ///             self.progress.completedUnitCount = bytes
+    ///         }, completion: { result in
+    ///             switch result {
+    ///             case .success: self.baseOperationEnded()
+    ///             case .failure(let error): self.baseOperationEnded(withRetriableError: error)
+    ///             }
+    ///         })
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// - **A retry continues** from where the last attempt left the progress: it counts the
+    ///   work done, not the attempt's (an upload that resumes at its byte offset reads it
+    ///   there). An attempt that starts over sets `completedUnitCount` back to 0 itself.
+    /// - **Success completes it:** when the operation succeeds, `completedUnitCount` becomes
+    ///   `totalUnitCount` (an indeterminate progress becomes 1 of 1). A failure leaves it
+    ///   where the last attempt left it.
+    /// - **Cancelling either cancels both:** ``cancel()`` cancels the progress, and cancelling
+    ///   the progress (a cancel button on the progress UI) cancels the operation (on Linux,
+    ///   `Progress` runs its cancellation handler on another thread, a moment later).
+    /// - It is made the first time it is asked for, indeterminate (`totalUnitCount` -1), and
+    ///   is never the child of another progress; add it to one yourself
+    ///   (`parent.addChild(operation.progress, withPendingUnitCount: 1)`). An operation whose
+    ///   progress nobody asks for pays nothing for it.
+    ///
+    /// In an ``AsyncRetryingOperation`` body the same progress is
+    /// ``AsyncRetryingOperation/Attempt/progress``.
+    public var progress: Progress {
+        let (progress, isNew) = machine.withLock { state -> (Progress, Bool) in
+            if let progress = state.progress { return (progress, false) }
+            let progress = Progress.discreteProgress(totalUnitCount: -1)
+            state.progress = progress
+            return (progress, true)
+        }
+        guard isNew else { return progress }
+        progress.cancellationHandler = { [weak self] in
+            guard let self, !self.isCancelled else { return }
+            self.cancel()
+        }
+        if isCancelled, !progress.isCancelled { progress.cancel() }
+        if case .succeeded? = outcome { Self.complete(progress) }
+        return progress
+    }
+
+    /// Completes `progress`: all of its units, or 1 of 1 when it has no total.
+    static func complete(_ progress: Progress) {
+        if progress.totalUnitCount < 0 {
+            progress.totalUnitCount = 1
+        }
+        progress.completedUnitCount = progress.totalUnitCount
+    }
+}
