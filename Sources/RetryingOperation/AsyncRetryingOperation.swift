@@ -47,6 +47,21 @@ public final class AsyncRetryingOperation: RetryingOperation, @unchecked Sendabl
         /// }
         /// ```
         public var progress: Progress { operation.progress }
+        /// Reports how much of the work is done, as
+        /// ``RetryingOperation/reportProgress(completed:of:)`` does: no `Progress` is made
+        /// until someone asks for one.
+        ///
+        /// ```swift
+        /// let backup = AsyncRetryingOperation { attempt in
+        ///     for (index, photo) in photos.enumerated() {
+        ///         try await api.upload(photo)
+        ///         attempt.reportProgress(completed: Int64(index + 1), of: Int64(photos.count))
+        ///     }
+        /// }
+        /// ```
+        public func reportProgress(completed: Int64, of total: Int64) {
+            operation.reportProgress(completed: completed, of: total)
+        }
         /// (Asked for its progress only when the body does: an operation whose progress
         /// nobody reads makes none.)
         let operation: RetryingOperation

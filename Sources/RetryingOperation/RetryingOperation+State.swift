@@ -76,6 +76,9 @@ struct MachineState: Sendable {
     /// The operation's progress, made the first time it is asked for (see
     /// ``RetryingOperation/progress``).
     var progress: Progress?
+    /// The units ``RetryingOperation/reportProgress(completed:of:)`` reported before anyone
+    /// asked for ``RetryingOperation/progress`` (which starts from them).
+    var reportedUnits: (completed: Int64, total: Int64) = (0, -1)
     /// The callouts waiting to run, kept here so that a state change and the callout it
     /// submits take one lock round trip.
     var callouts = CalloutQueue<RetryingOperation.Callout>()

@@ -167,4 +167,38 @@ struct ProgressTests {
         #expect(uploaded.withLock { $0 } == photos)
         #expect(backup.progress.fractionCompleted == 1 && overall.fractionCompleted == 1)
     }
+
+    @Test func reportedUnitsAreWhatTheProgressStartsFromAndUpdatesOnceItExists() {
+        // Units reported before anyone asked for the progress: kept, and the progress starts
+        // from them
+        let reported = LockedBox<Double?>(nil)
+        let operation = ProgressingOperation(asynchronous: false, [{ operation in
+            operation.reportProgress(completed: 3, of: 12)
+            reported.withLock { $0 = operation.progress.fractionCompleted }
+            // Once it exists, a report updates it
+            operation.reportProgress(completed: 6, of: 12)
+            operation.baseOperationEnded(failingWith: TestError("stop"))
+        }])
+        operation.start()
+        #expect(reported.withLock { $0 } == 0.25)
+        #expect(operation.progress.completedUnitCount == 6 && operation.progress.totalUnitCount == 12)
+        // Reported but never asked for until after a success: complete
+        let succeeded = ProgressingOperation(asynchronous: false, [{ operation in
+            operation.reportProgress(completed: 1, of: 5)
+            operation.baseOperationEnded()
+        }])
+        succeeded.start()
+        #expect(succeeded.progress.completedUnitCount == 5 && succeeded.progress.fractionCompleted == 1)
+    }
+
+    @Test func anAsyncBodyReportsThroughItsAttempt() async {
+        let operation = AsyncRetryingOperation { attempt in
+            attempt.reportProgress(completed: 2, of: 8)
+            throw TestError("refused")
+        }
+        operation.retryPolicy = .never
+        operation.start()
+        #expect(await operation.finalOutcome.error != nil)
+        #expect(operation.progress.fractionCompleted == 0.25)
+    }
 }

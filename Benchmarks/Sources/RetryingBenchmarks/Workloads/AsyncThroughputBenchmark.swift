@@ -10,6 +10,10 @@ import RetryingOperation
 /// the rounds' ratios, which cancels slow drifts in the machine's load. A round's time
 /// covers creating the operations, adding them and waiting until all have finished;
 /// releasing them is left out.
+///
+/// P1.progress: the same retrying operations, each attempt reporting its progress (one unit of
+/// one, through `reportProgress(completed:of:)`), nobody observing it, against the same
+/// operations reporting none.
 struct AsyncThroughputBenchmark: Benchmark {
     let id = "P1"
     let title = "async RetryingOperations that succeed first time vs bare async Operations, one OperationQueue"
@@ -24,16 +28,19 @@ struct AsyncThroughputBenchmark: Benchmark {
 
         var bare: [Sample] = []
         var retrying: [Sample] = []
+        var reporting: [Sample] = []
         for round in 0..<rounds {
             if round.isMultiple(of: 2) {
                 bare.append(try Self.timeBare(count: count))
                 retrying.append(try Self.timeRetrying(count: count))
+                reporting.append(try Self.timeRetrying(count: count, reportsProgress: true))
             } else {
+                reporting.append(try Self.timeRetrying(count: count, reportsProgress: true))
                 retrying.append(try Self.timeRetrying(count: count))
                 bare.append(try Self.timeBare(count: count))
             }
-            context.progress(String(format: "round %d: bare %.3f s (CPU %.3f s), retrying %.3f s (CPU %.3f s)",
-                                    round + 1, bare[round].wall, bare[round].cpu, retrying[round].wall, retrying[round].cpu))
+            context.progress(String(format: "round %d: bare %.3f s (CPU %.3f s), retrying %.3f s (CPU %.3f s), reporting progress %.3f s",
+                                    round + 1, bare[round].wall, bare[round].cpu, retrying[round].wall, retrying[round].cpu, reporting[round].wall))
         }
 
         let retryingWall = retrying.map(\.wall).median
@@ -60,6 +67,17 @@ struct AsyncThroughputBenchmark: Benchmark {
                 baseline: bare.map(\.cpu).median,
                 baselineName: "bare async Operation",
                 ratio: zip(retrying, bare).map { $0.cpu / $1.cpu }.median
+            ),
+            BenchmarkResult(
+                id: "\(id).progress",
+                name: "the same, each attempt reporting its progress",
+                value: reporting.map(\.wall).median,
+                unit: .seconds,
+                baseline: retryingWall,
+                baselineName: "the same reporting none",
+                ratio: zip(reporting, retrying).map { $0.wall / $1.wall }.median,
+                target: .ratio(atMost: 1.05),
+                note: "each attempt reports 1 of 1 with reportProgress(completed:of:); nobody asks for the operation's Progress"
             ),
         ]
     }
@@ -92,17 +110,21 @@ struct AsyncThroughputBenchmark: Benchmark {
         return seconds
     }
 
-    /// Creates, runs and finishes `count` retrying operations.
-    static func timeRetrying(count: Int) throws -> Sample {
+    /// Creates, runs and finishes `count` retrying operations, reporting progress when
+    /// `reportsProgress`.
+    static func timeRetrying(count: Int, reportsProgress: Bool = false) throws -> Sample {
         var operations: [TrivialRetryingOperation] = []
         let seconds = sample {
-            operations = (0..<count).map { TrivialRetryingOperation(input: UInt64($0)) }
+            operations = (0..<count).map { TrivialRetryingOperation(input: UInt64($0), reportsProgress: reportsProgress) }
             let queue = OperationQueue()
             queue.addOperations(operations, waitUntilFinished: false)
             queue.waitUntilAllOperationsAreFinished()
         }
         guard operations.allSatisfy({ $0.outcome?.isSuccess == true && $0.output == trivialWork(on: $0.input) }) else {
             throw BenchmarkFailure("a RetryingOperation did not succeed with its result")
+        }
+        guard !reportsProgress || operations.allSatisfy({ $0.progress.fractionCompleted == 1 }) else {
+            throw BenchmarkFailure("a RetryingOperation did not complete its progress")
         }
         return seconds
     }
@@ -120,10 +142,12 @@ final class TrivialRetryingOperation: RetryingOperation, @unchecked Sendable {
     // @unchecked: `output` is written by the single attempt and read only after the queue
     // reported the operation finished.
     let input: UInt64
+    let reportsProgress: Bool
     private(set) var output: UInt64 = 0
 
-    init(input: UInt64) {
+    init(input: UInt64, reportsProgress: Bool = false) {
         self.input = input
+        self.reportsProgress = reportsProgress
         super.init()
     }
 
@@ -131,6 +155,7 @@ final class TrivialRetryingOperation: RetryingOperation, @unchecked Sendable {
 
     override func startBaseOperation(isRetry: Bool) {
         output = trivialWork(on: input)
+        if reportsProgress { reportProgress(completed: 1, of: 1) }
         baseOperationEnded()
     }
 }
