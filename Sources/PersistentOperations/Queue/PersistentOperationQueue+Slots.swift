@@ -57,30 +57,6 @@ extension PersistentOperationQueue {
         noteRunProgress()   // it may have parked under a condition: a run waiting for it may end
     }
 
-    /// Queues slots for the first attempts of newly tracked entries that are due now (the
-    /// ids given; `nil` for one that is not), as ``enqueueSlot(for:)`` does for each, under
-    /// one hold of the lock. Returns whether it scheduled each: an entry that waits (blocked
-    /// by prerequisites or in its lane) is left to ``scheduleLinked(_:due:ended:laneAhead:)``,
-    /// which reports why it waits.
-    func enqueueSlots(for ids: [String?]) -> [Bool] {
-        guard ids.contains(where: { $0 != nil }) else { return ids.map { _ in false } }
-        let window = slotWindow()
-        let (scheduled, slots) = state.withLock { state -> ([Bool], [AttemptSlot]) in
-            var slots: [AttemptSlot] = []
-            let scheduled = ids.map { id -> Bool in
-                guard let id, var entry = state.entries[id], case .scheduled(nil) = entry.phase else { return false }
-                state.seriesBetweenPeriods.remove(id)
-                rejoinIsolation(id, in: &state)
-                slots += queueOrHoldRefilling(&entry, in: &state, window: window)
-                return true
-            }
-            return (scheduled, slots)
-        }
-        for slot in slots { operationQueue.addOperation(slot) }
-        if scheduled.contains(true) { noteRunProgress() }
-        return scheduled
-    }
-
     /// Under the lock: `queueOrHold`, and stores the entry (parking its operation first if it
     /// waits, when `parksIfWaiting`: see `+Release`). When that gave it no slot while
     /// operations must run alone, the slots `fillSlots` gives now: the first of the isolation

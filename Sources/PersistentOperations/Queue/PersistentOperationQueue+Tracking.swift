@@ -58,11 +58,8 @@ extension PersistentOperationQueue {
         }
         for slot in slots { operationQueue.addOperation(slot) }
         if queued.contains(true) { noteRunProgress() }
-        // The others: those due now, under one more hold of the lock, and the rest one at a time.
-        let scheduled = enqueueSlots(for: members.map { index in
-            !queued[index] && linked[index].ended == nil && records[index].dueDate.map { $0 <= now } != false ? records[index].id : nil
-        })
-        for index in members where !queued[index] && !scheduled[index] {
+        // The others (with prerequisites, in a lane, or due later), one at a time.
+        for index in members where !queued[index] {
             scheduleLinked(records[index].id, due: records[index].dueDate, ended: linked[index].ended, laneAhead: linked[index].lane.ahead)
         }
         for index in members {
