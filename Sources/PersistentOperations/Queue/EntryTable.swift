@@ -125,8 +125,7 @@ extension PersistentOperationQueue {
         /// ``readyIfBeingScheduled(_:hint:)``), or nil when it did not add it.
         mutating func insertCompact(_ entry: Entry.Compact, uuid: UUIDBits) -> Int32? {
             let index = Int32(compact.count)
-            guard positions.position(of: uuid, keys: positionKeys) == nil else { return nil }
-            positions.insert(~index, of: uuid, keys: positionKeys)
+            guard positions.insert(~index, of: uuid, keys: positionKeys) else { return nil }
             compact.append(entry)
             compactIDs.append(uuid)
             return index

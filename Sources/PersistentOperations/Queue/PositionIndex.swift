@@ -46,9 +46,11 @@ extension PersistentOperationQueue {
             slot(of: uuid, keys: keys).map { slots[$0] }
         }
 
-        /// Adds `position` for `uuid`, which the index must not hold yet. (`keys` need not
-        /// hold it yet: only the positions already in the index are looked at.)
-        mutating func insert(_ position: Int32, of uuid: UUIDBits, keys: Keys) {
+        /// Adds `position` for `uuid`, with one probe; returns false, adding nothing, when the
+        /// index holds `uuid` already. (`keys` need not hold `uuid` yet: only the positions
+        /// already in the index are looked at.)
+        @discardableResult
+        mutating func insert(_ position: Int32, of uuid: UUIDBits, keys: Keys) -> Bool {
             precondition(position != Self.empty, "position out of range")
             if Double(count + 1) > Double(slots.count) * Self.maximumLoad {
                 // By half again: a table that grows one add at a time never holds twice what it needs.
@@ -56,10 +58,12 @@ extension PersistentOperationQueue {
             }
             var slot = home(of: uuid)
             while slots[slot] != Self.empty {
+                if keys[slots[slot]] == uuid { return false }
                 slot = next(slot)
             }
             slots[slot] = position
             count += 1
+            return true
         }
 
         /// Changes the position `uuid` has from `old` to `new`, before the entry moves there
