@@ -44,12 +44,15 @@ extension RetryingOperation: ProgressReporting {
     /// In an ``AsyncRetryingOperation`` body the same progress is
     /// ``AsyncRetryingOperation/Attempt/progress``.
     public var progress: Progress {
-        let (progress, isNew) = machine.withLock { state -> (Progress, Bool) in
-            if let progress = state.progress { return (progress, false) }
+        // A cancel or a success that came first is read in the hold of the lock that publishes
+        // the progress: one that comes after finds the progress there and sees to it itself.
+        let (progress, isNew, isCancelled, hasSucceeded) = machine.withLock { state -> (Progress, Bool, Bool, Bool) in
+            if let progress = state.progress { return (progress, false, false, false) }
             let progress = Progress.discreteProgress(totalUnitCount: state.reportedUnits.total)
             progress.completedUnitCount = state.reportedUnits.completed
             state.progress = progress
-            return (progress, true)
+            let hasSucceeded = if case .finished(.succeeded) = state.phase { true } else { false }
+            return (progress, true, state.isCancelled, hasSucceeded)
         }
         guard isNew else { return progress }
         progress.cancellationHandler = { [weak self] in
@@ -57,7 +60,7 @@ extension RetryingOperation: ProgressReporting {
             self.cancel()
         }
         if isCancelled, !progress.isCancelled { progress.cancel() }
-        if case .succeeded? = outcome { Self.complete(progress) }
+        if hasSucceeded { Self.complete(progress) }
         return progress
     }
 
