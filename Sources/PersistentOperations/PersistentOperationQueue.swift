@@ -83,9 +83,12 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         /// operations parked for each such tag, first to run first (see `+ConcurrencyLimits`).
         var limitCounts: [String: Int] = [:]
         var limitWaiters: [String: Heap<ReadySlot>] = [:]
-        /// The start buckets of the tags with a start-rate limit, the due operations parked for
-        /// each such tag, first to run first, and the tags whose wake-up is set (see `+RateLimits`).
+        /// The start buckets of the tags with a start-rate limit, the starts of each reserved by
+        /// slots not started yet and those slots, the due operations parked for each such tag,
+        /// first to run first, and the tags whose wake-up is set (see `+RateLimits`).
         var rateBuckets: [String: StartBucket] = [:]
+        var rateReserved: [String: Int] = [:]
+        var rateReservingSlots: Set<ObjectIdentifier> = []
         var rateWaiters: [String: Heap<ReadySlot>] = [:]
         var rateWakes: Set<String> = []
         /// With fair sharing: each group's next turn, and the turn of the last slot taken

@@ -97,7 +97,7 @@ struct StartRateLimitTests {
         let span = Double(try #require(starts.max()) - added) / 1e9
         #expect(span >= 0.4 - 0.005, "the last of 10 starts came \(span) s after the add")
         #expect(try queue.counts().pending == 0)
-        #expect(queue.state.withLock { $0.rateWaiters.isEmpty && $0.rateWakes.isEmpty })
+        #expect(queue.state.withLock { $0.rateWaiters.isEmpty && $0.rateWakes.isEmpty && $0.rateReserved.isEmpty })
     }
 
     @Test func operationsWaitingForAStartHoldNoSlotAndAreReportedQueuedWhileOtherWorkRuns() async throws {
@@ -141,6 +141,51 @@ struct StartRateLimitTests {
         #expect(starts.count == 5)
         let span = Double(try #require(starts.max()) - resumed) / 1e9
         #expect(span >= 0.4 - 0.005, "the fifth start came \(span) s after the resume")
+    }
+
+    @Test func onlyAsManySlotsAreGivenAsTheBucketHoldsStartsSoTheFirstInRunOrderStartFirst() async throws {
+        // Given a suspended 8-slot queue where "api" starts 2 attempts at once and then one
+        // every 1,000 seconds
+        let (queue, log, name, directory) = try Self.queue(width: 8, limits: ["api": StartRateLimit(startsPerSecond: 0.001, burst: 2)], suspended: true)
+        defer { queue.close(); withExtendedLifetime(directory) {} }
+
+        // When 6 operations tagged "api" are added
+        let operations = (0..<6).map { RateWork(payload: .init(log: name, tags: ["api"], label: "\($0)")) }
+        try queue.addOperations(operations, options: EnqueueOptions(tags: ["api"]))
+
+        // Then the first two hold the bucket's two starts and got slots, and the other four wait
+        // without one: the `OperationQueue`, which starts slots on several threads at once,
+        // cannot let a later one take a start before them
+        #expect(queue.state.withLock { $0.slotsInQueue } == 2)
+        #expect(try queue.counts().queued == 6)
+
+        // And when the queue resumes, those two start, and no other
+        queue.isSuspended = false
+        #expect(try await eventually { log.starts(of: "api").count == 2 && queue.state.withLock { $0.slotsInQueue } == 0 })
+        #expect(Set(log.labels(of: "api")) == ["0", "1"])
+        #expect(try queue.counts().queued == 4)
+    }
+
+    @Test func aSlotCancelledInTheOperationQueueBeforeItStartsGivesItsReservedStartBack() async throws {
+        // Given a suspended queue where "api" starts one attempt and then one every 1,000
+        // seconds, holding two operations tagged "api": the first has the start and a slot
+        let (queue, log, name, directory) = try Self.queue(width: 4, limits: ["api": StartRateLimit(startsPerSecond: 0.001)], suspended: true)
+        defer { queue.close(); withExtendedLifetime(directory) {} }
+        let operations = (0..<2).map { RateWork(payload: .init(log: name, tags: ["api"], label: "\($0)")) }
+        try queue.addOperations(operations, options: EnqueueOptions(tags: ["api"]))
+        #expect(queue.state.withLock { $0.slotsInQueue } == 1)
+
+        // When its slot is cancelled in the `OperationQueue`, and the queue resumes
+        // (A cancelled slot leaves when the `OperationQueue` starts it, as it resumes.)
+        queue.operationQueue.cancelAllOperations()
+        queue.isSuspended = false
+
+        // Then the start the cancelled slot held was given back: the first operation runs with
+        // it, and the second still waits for the next
+        #expect(try await eventually { log.starts(of: "api").count == 1 && queue.state.withLock { $0.slotsInQueue } == 0 })
+        #expect(log.labels(of: "api") == ["0"])
+        #expect(try queue.counts().pending == 1)
+        #expect(queue.state.withLock { $0.rateReserved.isEmpty && $0.rateReservingSlots.isEmpty })
     }
 
     @Test func aBoundedRunDoesNotEndWhileOperationsWaitOnlyForTheirTagsNextStart() async throws {

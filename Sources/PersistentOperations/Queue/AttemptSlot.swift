@@ -5,14 +5,17 @@ import Foundation
 /// `maxConcurrentOperationCount`, priority and suspension) from when it starts until the
 /// attempt ends, so waits between attempts hold no slot.
 final class AttemptSlot: Operation, @unchecked Sendable {
-    // @unchecked: `phase` is a `Locked`; `recordID`, `limitedTags`, `onStart` and `onFinish`
-    // are set in `init` only.
+    // @unchecked: `phase` is a `Locked`; `recordID`, `limitedTags`, `rateLimitedTags`,
+    // `onStart` and `onFinish` are set in `init` only.
 
     private enum Phase { case waiting, executing, finished }
 
     let recordID: String
     /// The tags of its operation that have a concurrency limit: the slot counts against each.
     let limitedTags: [String]
+    /// The tags of its operation that have a start-rate limit: the slot reserves a start of each
+    /// until it starts or leaves.
+    let rateLimitedTags: [String]
     private let onStart: @Sendable (AttemptSlot) -> Void
     private let onFinish: @Sendable (AttemptSlot) -> Void
     private let phase = Locked(Phase.waiting)
@@ -21,11 +24,12 @@ final class AttemptSlot: Operation, @unchecked Sendable {
     /// `onFinish` once when it finishes — before the queue learns it has, so that a slot
     /// added by `onFinish` keeps the queue from looking empty in between.
     init(
-        recordID: String, priority: Operation.QueuePriority, limitedTags: [String] = [],
+        recordID: String, priority: Operation.QueuePriority, limitedTags: [String] = [], rateLimitedTags: [String] = [],
         onStart: @escaping @Sendable (AttemptSlot) -> Void, onFinish: @escaping @Sendable (AttemptSlot) -> Void
     ) {
         self.recordID = recordID
         self.limitedTags = limitedTags
+        self.rateLimitedTags = rateLimitedTags
         self.onStart = onStart
         self.onFinish = onFinish
         super.init()

@@ -1,18 +1,21 @@
 import Foundation
 
 // Start-rate limits: the attempts of the operations that carry a tag start at most so many a
-// second (`Configuration.startRateLimits`), by a token bucket per tag. An attempt takes a start
-// from the bucket of each limited tag of its operation when its slot starts (`slotDidStart`),
-// not when the slot is given: slots queued in a suspended `OperationQueue` must not all start
-// at once when it resumes. A due operation one of whose buckets is empty, when it would get a
-// slot or when its slot starts, is parked (as concurrency limits park: no slot, timer or retry
-// spent; reported `queued`) in that tag's heap in run order, and a wake-up is set on
-// `rateWakeQueue` for when the bucket holds a start again: `asyncAfter` only queues a block, so
-// it is set under the lock, and nothing runs there until the lock is let go. The wake-up lets
-// out as many parked operations, in run order, as the bucket holds starts; each takes its start
-// when its slot starts, and one that finds the bucket empty again (another operation took the
-// start first) is parked again and sets the next wake-up. Entries forgotten while parked are
-// skipped when their turn comes. Buckets are measured on the monotonic clock.
+// second (`Configuration.startRateLimits`), by a token bucket per tag. A slot given to a due
+// operation reserves a start of each of its limited tags (`rateReserved`), and takes it from the
+// bucket when the slot starts (`slotDidStart`), not when it is given: slots queued in a suspended
+// `OperationQueue` must not all start at once when it resumes. Reserving at the give keeps the
+// starts in run order: slots are given in run order, but the `OperationQueue` starts them on
+// several threads at once, in any order. A due operation one of whose buckets holds no start
+// that is not reserved, when it would get a slot, is parked (as concurrency limits park: no
+// slot, timer or retry spent; reported `queued`) in that tag's heap in run order, and a wake-up
+// is set on `rateWakeQueue` for when the bucket holds one again: `asyncAfter` only queues a
+// block, so it is set under the lock, and nothing runs there until the lock is let go. While
+// the reservations alone fill the bucket's burst, refilling cannot free a start: no wake-up is
+// set, and a reservation's slot sets it as it starts or leaves without starting (a suspended
+// `OperationQueue` so sets no timer). The wake-up lets out as many parked operations, in run
+// order, as the bucket holds unreserved starts. Entries forgotten while parked are skipped when
+// their turn comes. Buckets are measured on the monotonic clock.
 
 /// The starts a tag's bucket holds, as of `refilledAt` (monotonic nanoseconds).
 struct StartBucket: Sendable {
@@ -36,12 +39,14 @@ extension PersistentOperationQueue {
     /// The prefix of the keys under which operations wait for a start of a rate-limited tag.
     static let rateKeyPrefix = "\u{1}rate:"
 
-    /// Under the lock: when the bucket of a rate-limited tag of a due entry is empty, parks the
-    /// entry for that tag (and sets the tag's wake-up); otherwise, when `taking` (its slot
-    /// starts), takes a start from each. Whether it parked the entry.
-    func parkUnlessStartsLeft(_ entry: inout Entry, taking: Bool, in state: inout State) -> Bool {
+    /// Under the lock: when the bucket of a rate-limited tag of a due entry holds no start
+    /// beyond those reserved, parks the entry for that tag (and sets the tag's wake-up);
+    /// otherwise, when `starting` is its slot (the slot starts), the slot's reservations end and
+    /// it takes a start from each bucket. Whether it parked the entry.
+    func parkUnlessStartsLeft(_ entry: inout Entry, starting: AttemptSlot?, in state: inout State) -> Bool {
         let limits = configuration.startRateLimits
         guard !limits.isEmpty else { return false }
+        if let starting { endReservations(of: starting, in: &state) }
         let limited = entry.record.tags.filter { limits[$0] != nil }
         guard !limited.isEmpty else { return false }
         let now = DispatchTime.now().uptimeNanoseconds
@@ -50,19 +55,53 @@ extension PersistentOperationQueue {
             let limit = limits[tag]!
             var bucket = state.rateBuckets[tag] ?? StartBucket(starts: Double(limit.burst), refilledAt: now)
             bucket.refill(at: now, limit: limit)
-            if bucket.starts < 1 {
-                state.rateBuckets[tag] = bucket
+            state.rateBuckets[tag] = bucket
+            if bucket.starts - Double(state.rateReserved[tag, default: 0]) < 1 {
                 park(&entry, in: \.rateWaiters, tag: tag, key: Self.rateKeyPrefix + tag, state: &state)
-                setRateWake(for: tag, after: bucket.secondsUntilAStart(limit: limit), in: &state)
+                armRateWake(for: tag, limit: limit, bucket: bucket, in: &state)
                 return true
             }
             buckets.append((tag, bucket))
         }
-        for (tag, var bucket) in buckets {
-            if taking { bucket.starts -= 1 }
-            state.rateBuckets[tag] = bucket
+        if starting != nil {
+            for (tag, var bucket) in buckets {
+                bucket.starts -= 1
+                state.rateBuckets[tag] = bucket
+                if state.rateWaiters[tag] != nil { armRateWake(for: tag, limit: limits[tag]!, bucket: bucket, in: &state) }
+            }
         }
         return false
+    }
+
+    /// Under the lock: a slot just given reserves a start of each of its rate-limited tags
+    /// (`parkUnlessStartsLeft` found one unreserved for each).
+    func reserveStarts(for slot: AttemptSlot, in state: inout State) {
+        guard !slot.rateLimitedTags.isEmpty else { return }
+        for tag in slot.rateLimitedTags { state.rateReserved[tag, default: 0] += 1 }
+        state.rateReservingSlots.insert(ObjectIdentifier(slot))
+    }
+
+    /// Under the lock: the reservations of a slot that starts, or leaves without starting, end.
+    /// For one that leaves, its tags' parked operations get the freed starts (the caller fills
+    /// the slots).
+    func endReservations(of slot: AttemptSlot, leaving: Bool = false, in state: inout State) {
+        guard state.rateReservingSlots.remove(ObjectIdentifier(slot)) != nil else { return }
+        for tag in slot.rateLimitedTags {
+            let count = state.rateReserved[tag, default: 1] - 1
+            state.rateReserved[tag] = count > 0 ? count : nil
+            guard leaving, state.rateWaiters[tag] != nil, let limit = configuration.startRateLimits[tag] else { continue }
+            letOutParked(for: tag, limit: limit, in: &state)
+        }
+    }
+
+    /// Under the lock: sets the wake-up of `tag` for when its bucket holds a start beyond those
+    /// reserved, unless the reservations alone fill its burst (then the slot of one sets it as
+    /// it starts or leaves).
+    private func armRateWake(for tag: String, limit: StartRateLimit, bucket: StartBucket, alsoTaken taken: Int = 0, in state: inout State) {
+        let reserved = state.rateReserved[tag, default: 0]
+        guard reserved + 1 <= limit.burst else { return }
+        let missing = Double(reserved + taken) + 1 - bucket.starts
+        setRateWake(for: tag, after: max(missing, 0) / limit.startsPerSecond, in: &state)
     }
 
     /// Under the lock: sets the wake-up of `tag` in `seconds`, unless one is set.
@@ -75,26 +114,34 @@ extension PersistentOperationQueue {
         }
     }
 
+    /// Under the lock: lets out as many operations parked for `tag` as its bucket holds
+    /// unreserved starts, in run order, and sets the next wake-up if some still wait.
+    private func letOutParked(for tag: String, limit: StartRateLimit, in state: inout State) {
+        guard var bucket = state.rateBuckets[tag] else { return }
+        bucket.refill(at: DispatchTime.now().uptimeNanoseconds, limit: limit)
+        state.rateBuckets[tag] = bucket
+        let available = bucket.starts - Double(state.rateReserved[tag, default: 0])
+        let key = Self.rateKeyPrefix + tag
+        var letOut = 0
+        while Double(letOut) + 1 <= available, letOutNextParked(from: \.rateWaiters, tag: tag, key: key, state: &state) {
+            letOut += 1
+        }
+        if state.rateWaiters[tag] != nil {
+            // Still waiting: the next wake-up, when the bucket holds a start more than the
+            // operations let out now take (they reserve theirs when they get their slots).
+            armRateWake(for: tag, limit: limit, bucket: bucket, alsoTaken: letOut, in: &state)
+        }
+    }
+
     /// The wake-up of `tag`: lets out as many operations parked for it as its bucket holds
-    /// starts, in run order, and gives them slots.
+    /// unreserved starts, in run order, and gives them slots.
     private func rateWake(for tag: String) {
         guard let limit = configuration.startRateLimits[tag] else { return }
         let window = slotWindow()
         let slots = state.withLock { state -> [AttemptSlot] in
             state.rateWakes.remove(tag)
-            guard !state.isClosed, var bucket = state.rateBuckets[tag] else { return [] }
-            bucket.refill(at: DispatchTime.now().uptimeNanoseconds, limit: limit)
-            state.rateBuckets[tag] = bucket
-            let key = Self.rateKeyPrefix + tag
-            var letOut = 0
-            while Double(letOut) + 1 <= bucket.starts, letOutNextParked(from: \.rateWaiters, tag: tag, key: key, state: &state) {
-                letOut += 1
-            }
-            if state.rateWaiters[tag] != nil {
-                // Still waiting: the next wake-up, when the bucket holds a start more than the
-                // operations let out now take (they take theirs when their slots start).
-                setRateWake(for: tag, after: (Double(letOut) + 1 - bucket.starts) / limit.startsPerSecond, in: &state)
-            }
+            guard !state.isClosed else { return [] }
+            letOutParked(for: tag, limit: limit, in: &state)
             return fillSlots(in: &state, window: window)
         }
         for slot in slots {
@@ -111,6 +158,7 @@ extension PersistentOperationQueue {
         guard let limit = configuration.startRateLimits[tag] else { return false }
         var bucket = state.rateBuckets[tag] ?? StartBucket(starts: Double(limit.burst), refilledAt: 0)
         bucket.refill(at: DispatchTime.now().uptimeNanoseconds, limit: limit)
+        bucket.starts -= Double(state.rateReserved[tag, default: 0])
         return now.addingTimeInterval(bucket.secondsUntilAStart(limit: limit)) <= date
     }
 }

@@ -25,10 +25,11 @@ extension PersistentOperationQueue {
             return nil
         }
         if parkUnlessUnderLimits(&entry, in: &state) { return nil }
-        if parkUnlessStartsLeft(&entry, taking: false, in: &state) { return nil }
+        if parkUnlessStartsLeft(&entry, starting: nil, in: &state) { return nil }
         state.slotsInQueue += 1
         let slot = makeSlot(for: entry)
         countAgainstLimits(slot, in: &state)
+        reserveStarts(for: slot, in: &state)
         entry.phase = .queued(slot)
         return slot
     }
@@ -90,6 +91,7 @@ extension PersistentOperationQueue {
         let slots = state.withLock { state -> [AttemptSlot] in
             state.slotsInQueue -= 1
             releaseLimits(of: leaving, in: &state)
+            endReservations(of: leaving, leaving: true, in: &state)
             if var entry = state.entries[leaving.recordID], case .queued(let queued) = entry.phase, queued === leaving {
                 hold(&entry, in: &state)
                 state.entries[leaving.recordID] = entry
@@ -110,6 +112,7 @@ extension PersistentOperationQueue {
             recordID: entry.record.id,
             priority: Operation.QueuePriority(rawValue: entry.record.priority) ?? .normal,
             limitedTags: limitedTags(of: entry),
+            rateLimitedTags: configuration.startRateLimits.isEmpty ? [] : entry.record.tags.filter { configuration.startRateLimits[$0] != nil },
             onStart: { [weak self] slot in
                 guard let self else { return slot.release() }
                 self.slotDidStart(slot)
@@ -158,8 +161,8 @@ extension PersistentOperationQueue {
             if parkUnlessConditionsHold(&entry, in: &state) {
                 return .release   // a condition stopped holding while the slot waited
             }
-            if parkUnlessStartsLeft(&entry, taking: true, in: &state) {
-                return .release   // its tag's starts were taken while the slot waited
+            if parkUnlessStartsLeft(&entry, starting: slot, in: &state) {
+                return .release   // (its reserved starts are there: kept for safety)
             }
             entry.phase = .running(slot)
             if !entry.hasStarted {
