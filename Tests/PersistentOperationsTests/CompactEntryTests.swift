@@ -77,7 +77,7 @@ struct CompactEntryTests {
             enqueuedAt: Date(timeIntervalSinceReferenceDate: 760_000_000.25 + Double(index)),
             notBefore: index % 2 == 0 ? Date(timeIntervalSinceReferenceDate: -1.5 * Double(index)) : nil,
             tags: index % 3 == 0 ? ["photos", "batch-\(index)"] : [], numberOfRetries: index % 4, numberOfAttempts: index % 6,
-            nextAttemptAt: index % 3 == 1 ? Date(timeIntervalSinceReferenceDate: 1e9 + 0.125) : nil, attemptsInFlight: index % 2,
+            nextAttemptAt: index % 3 == 1 ? Date(timeIntervalSinceReferenceDate: 1e9 + 0.125) : nil, attemptsInFlight: 0,
             lastErrorDescription: index % 5 == 0 ? "timed out" : nil, expiresAt: index % 7 == 0 ? .distantFuture : nil
         )
         record.formatVersion = index % OperationRecord.currentFormatVersion + 1
@@ -95,21 +95,42 @@ struct CompactEntryTests {
         var extreme = Self.fullRecord(index: 1)
         extreme.notBefore = Date(timeIntervalSinceReferenceDate: 0)   // set, though 0
         extreme.nextAttemptAt = .distantPast
-        extreme.priority = .min
+        extreme.priority = Int(Int8.min)
         extreme.enqueueSequence = .max
+        extreme.numberOfRetries = Int(UInt16.max)
+        extreme.numberOfAttempts = Int(UInt16.max)
+        #expect(OperationRecord.Compact(extreme)?.record(id: extreme.id) == extreme)
+        extreme.priority = Int(Int8.max)
         #expect(OperationRecord.Compact(extreme)?.record(id: extreme.id) == extreme)
     }
 
     @Test func recordsAndEntriesThatDoNotFitAreNotMadeCompact() throws {
-        // A payload, or a count past 32 bits, and the record is kept whole
+        // A payload, a count past 16 bits, a priority past 8, a date that is NaN, or attempts
+        // in flight counted by the record, and the record is kept whole
         var record = Self.fullRecord(index: 2)
         record.payload = Data([1])
         #expect(OperationRecord.Compact(record) == nil)
         record.payload = Data()
-        record.numberOfRetries = Int(Int32.max) + 1
+        record.numberOfRetries = Int(UInt16.max) + 1
+        #expect(OperationRecord.Compact(record) == nil)
+        record.numberOfRetries = -1
         #expect(OperationRecord.Compact(record) == nil)
         record.numberOfRetries = 0
-        record.attemptsInFlight = -Int(Int32.max) - 2
+        record.numberOfAttempts = Int(UInt16.max) + 1
+        #expect(OperationRecord.Compact(record) == nil)
+        record.numberOfAttempts = 0
+        record.priority = 128
+        #expect(OperationRecord.Compact(record) == nil)
+        record.priority = -129
+        #expect(OperationRecord.Compact(record) == nil)
+        record.priority = 0
+        record.notBefore = Date(timeIntervalSinceReferenceDate: .nan)
+        #expect(OperationRecord.Compact(record) == nil)
+        record.notBefore = nil
+        record.nextAttemptAt = Date(timeIntervalSinceReferenceDate: .nan)
+        #expect(OperationRecord.Compact(record) == nil)
+        record.nextAttemptAt = nil
+        record.attemptsInFlight = 1
         #expect(OperationRecord.Compact(record) == nil)
         record.attemptsInFlight = 0
         #expect(OperationRecord.Compact(record) != nil)
@@ -123,6 +144,7 @@ struct CompactEntryTests {
             ("a lane", { $0.waitsForLane = true }), ("ending", { $0.ending = .succeeded }), ("settled", { $0.isRecordSettled = true }),
             ("a suspect file", { $0.hasSuspectFile = true }), ("cancelled", { $0.isCancelRequested = true }),
             ("an attempt's start", { $0.attemptStartedAt = 1 }), ("a payload", { $0.record.payload = Data([1]) }),
+            ("256 attempts in flight", { $0.attemptsInFlight = 256 }),
         ]
         let parked = BlockOperation()
         changes.append(("a parked operation", { $0.parkedOperation = parked }))
@@ -140,7 +162,7 @@ struct CompactEntryTests {
         var expected: [String: PersistentOperationQueue.Entry] = [:]
         for index in 0..<40 {
             let record = Self.fullRecord(index: index)
-            var entry = PersistentOperationQueue.Entry(record: record, operation: nil, attemptsInFlight: index % 3)
+            var entry = PersistentOperationQueue.Entry(record: record, operation: nil, attemptsInFlight: index % 3 == 2 ? 255 : index % 3)
             let token = DueTimer.Token(sequence: UInt64(index), timer: timer)
             entry.phase = index % 3 == 0 ? .ready : .scheduled(index % 3 == 1 ? token : nil)
             table[record.id] = entry
@@ -200,9 +222,10 @@ struct CompactEntryTests {
         }
     }
 
-    @Test func whatARestoreKeepsOfARecordUntilItIsScheduledTakes48Bytes() {
+    @Test func whatARestoreKeepsOfARecordUntilItIsScheduledTakes48BytesAndACompactEntry72() {
         #expect(MemoryLayout<PersistentOperationQueue.RestoredRecord>.stride == 48)
-        #expect(MemoryLayout<PersistentOperationQueue.Entry.Compact>.stride == 96)
+        #expect(MemoryLayout<OperationRecord.Compact>.stride == 64)
+        #expect(MemoryLayout<PersistentOperationQueue.Entry.Compact>.stride == 72)
     }
 
     @Test func aRestoredRecordGivesBackItsIdentifierOrderAndDueDateExactly() {

@@ -520,77 +520,80 @@ package struct OperationRecord: Codable, Sendable, Equatable {
 }
 
 extension OperationRecord {
-    /// A record held without its identifier and payload, in 80 bytes instead of 144 plus the
+    /// A record held without its identifier and payload, in 64 bytes instead of 144 plus the
     /// identifier's allocation: what the queue keeps of a pending operation that waits its
     /// turn (see `PersistentOperationQueue.EntryTable`). The fields few records set stay in the
-    /// record's copy-on-write box, shared with the record it was made from.
+    /// record's copy-on-write box, shared with the record it was made from. Counts are held in
+    /// 16 bits and the priority in 8 (an `Operation.QueuePriority` takes -8 to 8): a record
+    /// whose values do not fit, or that counts attempts in flight itself (records of the
+    /// journal count theirs in attempt frames), is kept whole.
     ///
     /// ```swift
     /// let record = OperationRecord(typeIdentifier: "com.example.upload", payload: Data(), enqueueSequence: 1)
-    /// let compact = OperationRecord.Compact(record)!        // nil: a payload, or counts past Int32
+    /// let compact = OperationRecord.Compact(record)!        // nil: a payload, or counts past 16 bits
     /// let same = compact.record(id: record.id) == record     // true
     /// ```
     package struct Compact: Sendable {
+        // (In this order: 62 bytes, so that an entry holding it with a timer and two small
+        // fields takes 72.)
         package let typeIdentifier: String
         private let extras: Extras?
-        private let priority: Int
         private let enqueueSequence: UInt64
         private let enqueuedAt: Double
+        /// NaN: none.
         private let notBefore: Double
+        /// NaN: none.
         private let nextAttemptAt: Double
-        private let numberOfRetries: Int32
-        private let numberOfAttempts: Int32
-        private let attemptsInFlight: Int32
+        private let numberOfRetries: UInt16
+        private let numberOfAttempts: UInt16
+        private let priority: Int8
         private let formatVersion: UInt8
-        /// Bit 0: ``OperationRecord/notBefore`` is set; bit 1: ``OperationRecord/nextAttemptAt`` is.
-        private let dates: UInt8
 
-        /// The compact form of `record`, or `nil` when it holds a payload or a count or
-        /// version that does not fit (none the queue makes: it is then kept whole).
+        /// The compact form of `record`, or `nil` when it holds a payload, a value that does
+        /// not fit (see above) or attempts in flight (none the queue makes: it is then kept
+        /// whole).
         package init?(_ record: OperationRecord) {
-            guard record.payload.isEmpty else { return nil }
+            guard record.payload.isEmpty, record.attemptsInFlight == 0 else { return nil }
             self.init(
                 typeIdentifier: record.typeIdentifier, extras: record.extras, priority: record.priority,
                 enqueueSequence: record.enqueueSequence, enqueuedAt: record.enqueuedAt.timeIntervalSinceReferenceDate,
                 notBefore: record.notBefore?.timeIntervalSinceReferenceDate, nextAttemptAt: record.nextAttemptAt?.timeIntervalSinceReferenceDate,
-                numberOfRetries: record.numberOfRetries, numberOfAttempts: record.numberOfAttempts,
-                attemptsInFlight: record.attemptsInFlight, formatVersion: record.formatVersion
+                numberOfRetries: record.numberOfRetries, numberOfAttempts: record.numberOfAttempts, formatVersion: record.formatVersion
             )
         }
 
         /// The compact form of the plain record `fields` (see
         /// ``RecordFormat/plainFields(of:maximumSize:checksumVerified:typeIdentifiers:)``), or
-        /// `nil` when a count or its version does not fit.
+        /// `nil` when a value does not fit or it has attempts in flight.
         package init?(plain fields: RecordFormat.PlainFields) {
+            guard fields.attemptsInFlight == 0 else { return nil }
             self.init(
                 typeIdentifier: fields.typeIdentifier, extras: nil, priority: fields.priority, enqueueSequence: fields.enqueueSequence,
                 enqueuedAt: fields.enqueuedAt, notBefore: fields.notBefore, nextAttemptAt: fields.nextAttemptAt,
-                numberOfRetries: fields.numberOfRetries, numberOfAttempts: fields.numberOfAttempts,
-                attemptsInFlight: fields.attemptsInFlight, formatVersion: fields.formatVersion
+                numberOfRetries: fields.numberOfRetries, numberOfAttempts: fields.numberOfAttempts, formatVersion: fields.formatVersion
             )
         }
 
-        /// These fields (dates in seconds since the reference date), or `nil` when a count or
-        /// the version does not fit.
+        /// These fields (dates in seconds since the reference date), or `nil` when a value does
+        /// not fit (a date that is NaN included: NaN stands for none).
         private init?(
             typeIdentifier: String, extras: Extras?, priority: Int, enqueueSequence: UInt64, enqueuedAt: Double, notBefore: Double?,
-            nextAttemptAt: Double?, numberOfRetries: Int, numberOfAttempts: Int, attemptsInFlight: Int, formatVersion: Int
+            nextAttemptAt: Double?, numberOfRetries: Int, numberOfAttempts: Int, formatVersion: Int
         ) {
-            guard let retries = Int32(exactly: numberOfRetries), let attempts = Int32(exactly: numberOfAttempts),
-                  let inFlight = Int32(exactly: attemptsInFlight), let version = UInt8(exactly: formatVersion)
+            guard let retries = UInt16(exactly: numberOfRetries), let attempts = UInt16(exactly: numberOfAttempts),
+                  let priority = Int8(exactly: priority), let version = UInt8(exactly: formatVersion),
+                  notBefore?.isNaN != true, nextAttemptAt?.isNaN != true
             else { return nil }
             self.typeIdentifier = typeIdentifier
             self.extras = extras
-            self.priority = priority
             self.enqueueSequence = enqueueSequence
             self.enqueuedAt = enqueuedAt
-            self.notBefore = notBefore ?? 0
-            self.nextAttemptAt = nextAttemptAt ?? 0
+            self.notBefore = notBefore ?? .nan
+            self.nextAttemptAt = nextAttemptAt ?? .nan
             self.numberOfRetries = retries
             self.numberOfAttempts = attempts
-            self.attemptsInFlight = inFlight
+            self.priority = priority
             self.formatVersion = version
-            self.dates = (notBefore == nil ? 0 : 1) | (nextAttemptAt == nil ? 0 : 2)
         }
 
         /// The record again, with the identifier `id` and no payload.
@@ -599,11 +602,11 @@ extension OperationRecord {
             // field through the box and works out the format version (this runs each time a
             // compact entry is read).
             OperationRecord(
-                formatVersion: Int(formatVersion), id: id, typeIdentifier: typeIdentifier, payload: Data(), priority: priority,
+                formatVersion: Int(formatVersion), id: id, typeIdentifier: typeIdentifier, payload: Data(), priority: Int(priority),
                 enqueueSequence: enqueueSequence, enqueuedAt: Date(timeIntervalSinceReferenceDate: enqueuedAt),
-                notBefore: dates & 1 == 0 ? nil : Date(timeIntervalSinceReferenceDate: notBefore), numberOfRetries: Int(numberOfRetries),
-                numberOfAttempts: Int(numberOfAttempts), nextAttemptAt: dates & 2 == 0 ? nil : Date(timeIntervalSinceReferenceDate: nextAttemptAt),
-                attemptsInFlight: Int(attemptsInFlight), extras: extras
+                notBefore: notBefore.isNaN ? nil : Date(timeIntervalSinceReferenceDate: notBefore), numberOfRetries: Int(numberOfRetries),
+                numberOfAttempts: Int(numberOfAttempts), nextAttemptAt: nextAttemptAt.isNaN ? nil : Date(timeIntervalSinceReferenceDate: nextAttemptAt),
+                attemptsInFlight: 0, extras: extras
             )
         }
     }
