@@ -78,7 +78,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         /// Slots added to the `OperationQueue` that have not finished.
         var slotsInQueue = 0
         /// Due operations waiting for room in the `OperationQueue`, first to run first.
-        var ready = Heap<ReadySlot>(by: ReadySlot.runsBefore)
+        var ready = ReadyQueue()
         /// Slots in the `OperationQueue` per tag with a concurrency limit, and the due
         /// operations parked for each such tag, first to run first (see `+ConcurrencyLimits`).
         var limitCounts: [String: Int] = [:]

@@ -291,4 +291,35 @@ struct QueueBacklogTests {
         #expect(second.lines == lines + ["later ran"])
         #expect(try second.pendingRecords().isEmpty)
     }
+
+    @Test func workAddedWhileARestoredBacklogWaitsTakesItsTurnAmongItByPriorityThenEnqueueOrder() async throws {
+        // Given a restored backlog of normal-priority notes, three windows' worth, on a
+        // suspended serial queue
+        let first = try QueueFixture(maxConcurrent: 1, suspended: true)
+        let count = first.queue.slotWindow() * 3
+        for index in 0..<count {
+            try first.queue.addOperation(PlainNote(payload: UploadPayload(name: "n\(index)", journal: first.journal)))
+        }
+        first.queue.close()
+        let second = try QueueFixture(maxConcurrent: 1, suspended: true, directory: first.directory, journal: first.journal)
+        #expect(try second.queue.restore().restored.count == count)
+
+        // When a high-priority note, a low-priority one and a normal one are added after it
+        var added: [PlainNote] = []
+        for (name, priority) in [("high", Operation.QueuePriority.high), ("low", .low), ("normal", .normal)] {
+            let note = PlainNote(payload: UploadPayload(name: name, journal: second.journal))
+            note.queuePriority = priority
+            try second.queue.addOperation(note)
+            added.append(note)
+        }
+        second.queue.operationQueue.isSuspended = false
+        await second.queue.allOperationsFinished()
+
+        // Then the high one gets the first slot that frees, ahead of the backlog's next, and
+        // the `OperationQueue` runs it next (by its priority); the normal one runs after the
+        // whole backlog (enqueued later), and the low one last
+        let backlog = (0..<count).map { "n\($0) ran" }
+        #expect(second.lines == ["n0 ran", "high ran"] + backlog.dropFirst() + ["normal ran", "low ran"])
+        #expect(second.queue.state.withLock { $0.ready.isEmpty })
+    }
 }

@@ -244,42 +244,58 @@ extension PersistentOperationQueue {
             return (ended, turns, positions)
         }
         // The suspects of kills are scheduled last, in the order they run alone: due at once,
-        // they wait for the others, and the first one due runs once nothing else is. (By
-        // position in `restored`: no second copy of what a large restore holds.)
-        func schedule(_ index: Int) {
-            let id = restored[index].id
-            scheduleLinked(id, due: restored[index].due, ended: ended[index], laneAhead: positionsInLanes.isEmpty ? nil : positionsInLanes[id])
-            if let expiresAt = restored[index].expiresAt { armExpiry(of: id, at: expiresAt) }
+        // they wait for the others, and the first one due runs once nothing else is.
+        func schedule(_ record: RestoredRecord, ended: (id: String, ending: Entry.Ending)?) {
+            let id = record.id
+            scheduleLinked(id, due: record.due, ended: ended, laneAhead: positionsInLanes.isEmpty ? nil : positionsInLanes[id])
+            if let expiresAt = record.expiresAt { armExpiry(of: id, at: expiresAt) }
+        }
+        // (Read before the loop below moves the records it readies to the front of `restored`.)
+        let restoredLaneIDs = laneTurns.isEmpty ? [] : Set(laneMembers.map { restored[$0].id })
+        var afterOthers: [String: (record: RestoredRecord, ended: (id: String, ending: Entry.Ending)?)] = [:]
+        if !isolatedAfterOthers.isEmpty {
+            for index in restored.indices where restored[index].runsAloneAfterOthers {
+                afterOthers[restored[index].id] = (restored[index], ended[index])
+            }
         }
         // A backlog that is due waits in `ready` once the `OperationQueue`'s window is full:
-        // plain records are put there a chunk at a time under one lock (see `holdRestored`),
-        // the others one at a time.
-        let dueNow = timer.now
-        let dueCount = restored.count { $0.due.map { $0 <= dueNow } ?? true }
-        state.withLock { $0.ready.reserveCapacity($0.ready.count + dueCount) }
+        // plain records are readied a chunk at a time under one lock (see `holdRestored`) and
+        // moved to the front of `restored`, which `ready` then takes over as its run, sorted
+        // (no second copy of a large backlog); the others are scheduled one at a time.
         let window = slotWindow()
         var index = restored.startIndex
+        var runEnd = restored.startIndex
         while index < restored.endIndex {
             let held = holdRestored(restored, from: index, ended: ended, window: window)
             if held > 0 {
+                if runEnd != index {
+                    for offset in 0..<held { restored[runEnd + offset] = restored[index + offset] }
+                }
+                runEnd += held
                 index += held
                 continue
             }
-            if !restored[index].runsAloneAfterOthers { schedule(index) }
+            if !restored[index].runsAloneAfterOthers { schedule(restored[index], ended: ended[index]) }
             index += 1
+        }
+        restored.removeSubrange(runEnd...)
+        let slots = state.withLock { state -> [AttemptSlot] in
+            state.ready.adoptRun(restored)
+            // (Slots that left while the run was being readied gave their room to nothing.)
+            return fillSlots(in: &state, window: window)
+        }
+        restored = []
+        for slot in slots {
+            operationQueue.addOperation(slot)
         }
         noteRunProgress()
         if !laneTurns.isEmpty {
             // The turns that came to entries added before this restore (the restored ones
             // are scheduled above).
-            let restoredIDs = Set(laneMembers.map { restored[$0].id })
-            scheduleUnblocked(laneTurns.filter { !restoredIDs.contains($0.id) })
+            scheduleUnblocked(laneTurns.filter { !restoredLaneIDs.contains($0.id) })
         }
-        if !isolatedAfterOthers.isEmpty {
-            let afterOthers = Dictionary(uniqueKeysWithValues: restored.indices.filter { restored[$0].runsAloneAfterOthers }.map { (restored[$0].id, $0) })
-            for id in isolatedAfterOthers {
-                if let index = afterOthers[id] { schedule(index) }
-            }
+        for id in isolatedAfterOthers {
+            if let (record, ended) = afterOthers[id] { schedule(record, ended: ended) }
         }
         log(.info, "restored \(report.restored.count) operations; \(report.quarantined.count) quarantined, \(report.unknownTypes.count) of unknown types, \(report.movedToFailedAfterCrashes.count) moved to failed after crashes") {
             [
@@ -319,9 +335,10 @@ extension PersistentOperationQueue {
     /// Readies the restored records from `start` on, as `schedule` would once the
     /// `OperationQueue`'s window is full, as long as they are plain (no prerequisites, lane,
     /// conditions, expiry or crash evidence: held compact), due and nothing else decides
-    /// their turn (no operation runs alone, no pause, no fair sharing): each goes straight
-    /// into `ready`, at most ``restoreHoldChunk`` under one hold of the lock. Returns how many
-    /// it readied; 0 when the first must be scheduled one at a time.
+    /// their turn (no operation runs alone, no pause, no fair sharing): each entry is made
+    /// ready in place, at most ``restoreHoldChunk`` under one hold of the lock, and waits for
+    /// `restore()` to give `ready` the records as its run. Returns how many it readied; 0 when
+    /// the first must be scheduled one at a time.
     private func holdRestored(_ restored: [RestoredRecord], from start: Int, ended: [Int: (id: String, ending: Entry.Ending)], window: Int) -> Int {
         guard configuration.fairShareTagPrefix == nil else { return 0 }
         let end = min(restored.count, start + Self.restoreHoldChunk)
@@ -334,7 +351,6 @@ extension PersistentOperationQueue {
                 guard record.isPlain, ended.isEmpty || ended[index] == nil, record.due.map({ $0 <= now }) ?? true,
                       state.entries.readyIfBeingScheduled(record.key, hint: record.compactPosition >= 0 ? record.compactPosition : nil)
                 else { break }
-                state.ready.insert(ReadySlot(key: record.key, order: record.order))
                 index += 1
             }
             return index - start
@@ -346,7 +362,7 @@ extension PersistentOperationQueue {
     /// conditions, an identifier not in canonical form) out of line, so that a restore of a
     /// million holds no more than it must. (Its type is read from the queue's table when
     /// an event needs it.)
-    struct RestoredRecord {
+    struct RestoredRecord: Sendable {
         /// The record's identifier as a UUID (zero when it is not in canonical form: then
         /// ``Rare/textKey`` holds it).
         private var uuid: UUIDBits
@@ -360,7 +376,7 @@ extension PersistentOperationQueue {
         var compactPosition: Int32 = -1
 
         /// The fields few records have.
-        private final class Rare {
+        private final class Rare: Sendable {
             let prerequisites: [String]
             let crashes: Int
             let kills: Int
