@@ -76,4 +76,28 @@ struct RecordTableTests {
         #expect(MemoryLayout<JournalIndex.StoredEntry>.size == 32)
         #expect(MemoryLayout<JournalIndex.StoredEntry?>.size == 32)
     }
+
+    @Test func aTableReservedLargerThanItsValuesNeedShrinksAndKeepsEveryValue() {
+        // Given a table reserved for 10,000 values that holds 1,000
+        var table = RecordTable<Int>()
+        table.reserveCapacity(10_000)
+        var expected: [UUID: Int] = [:]
+        for value in 0..<1_000 {
+            let id = UUID()
+            table[id] = value
+            expected[id] = value
+        }
+        let reservedSlots = table.slotCount
+
+        // When it shrinks, and again
+        table.shrinkIfSparse()
+        let shrunkSlots = table.slotCount
+        table.shrinkIfSparse()
+
+        // Then it holds the slots 1,000 values need, once, and every value is still found
+        #expect(reservedSlots >= 12_500 && shrunkSlots < 1_300 && table.slotCount == shrunkSlots)
+        #expect(table.count == 1_000)
+        for (id, value) in expected { #expect(table[id] == value) }
+        #expect(Dictionary(uniqueKeysWithValues: table.map { ($0.key, $0.value) }) == expected)
+    }
 }

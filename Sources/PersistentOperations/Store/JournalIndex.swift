@@ -247,6 +247,12 @@ struct JournalIndex: Sendable {
         table.reserveCapacity(count)
     }
 
+    /// Gives back the room of a table made larger than its records need (a capacity reserved
+    /// from the segments' sizes counts removed records too), when it is a quarter more.
+    mutating func shrinkToFit() {
+        table.shrinkIfSparse()
+    }
+
     /// Removes the record `id` from whichever area holds it; returns what it was.
     @discardableResult
     mutating func remove(_ id: UUID) -> Entry? {

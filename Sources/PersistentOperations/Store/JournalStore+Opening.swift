@@ -137,6 +137,8 @@ extension JournalStore {
                 state.index.reserveCapacity(Int(min(estimate * 1.02, Double(Int32.max))))
             }
         }
+        // (Reserved from the segments' sizes, which count removed records too.)
+        state.index.shrinkToFit()
         if configuration.isReadOnly {
             // Nothing was quarantined: what would have been is reported as skipped.
             report.skipped += report.quarantined

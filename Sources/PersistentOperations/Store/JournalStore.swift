@@ -354,7 +354,7 @@ package final class JournalStore: Sendable {
                     return Int32(files.count - 1)
                 }()
                 identifiers[uuid] = id
-                located.append(LocatedRecord(id: uuid, segment: segment, offset: location.offset, length: location.length))
+                located.append(LocatedRecord(id: uuid, offset: location.offset, segment: segment, length: location.length))
             }
             return (files, located)
         }
@@ -397,7 +397,7 @@ package final class JournalStore: Sendable {
     package func forEachPendingRecord(
         plain: ((RecordFormat.PlainFields) throws -> Void)? = nil, _ body: (OperationRecord) throws -> Void
     ) throws -> [LoadReport.Entry] {
-        // Where each pending record lies (40 bytes a record), in the segments' order: a
+        // Where each pending record lies (32 bytes a record), in the segments' order: a
         // filtered copy of the index would hold every index entry of the area a second time.
         var (files, order) = state.withLock { state -> ([JournalSegmentFile], [LocatedRecord]) in
             let names = state.segments.keys.sorted()
@@ -407,7 +407,7 @@ package final class JournalStore: Sendable {
             for (id, entry) in state.index.entries where entry.area == .pending {
                 // A record whose segment is gone cannot be read: `read(uuid:in:)` says so below.
                 let segment = ordinals[entry.location.segment] ?? -1
-                located.append(LocatedRecord(id: id, segment: segment, offset: entry.location.offset, length: entry.location.length))
+                located.append(LocatedRecord(id: id, offset: entry.location.offset, segment: segment, length: entry.location.length))
             }
             return (names.map { state.segments[$0]! }, located)
         }
@@ -517,9 +517,10 @@ package final class JournalStore: Sendable {
     /// Where a pending record lies, for ``forEachPendingRecord(plain:_:)``: `segment` is the
     /// position of its segment's name in sorted order, -1 when the segment is not open.
     private struct LocatedRecord {
+        // (In this order: 32 bytes.)
         var id: UUID
-        var segment: Int32
         var offset: Int64
+        var segment: Int32
         var length: Int32
     }
 

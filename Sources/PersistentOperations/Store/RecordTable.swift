@@ -39,6 +39,9 @@ struct RecordTable<Value: Sendable>: Sendable, Sequence {
 
     init() {}
 
+    /// The slots the table has (full or empty).
+    var slotCount: Int { slots.count }
+
     /// Whether the table holds no value.
     var isEmpty: Bool { count == 0 }
 
@@ -109,6 +112,13 @@ struct RecordTable<Value: Sendable>: Sendable, Sequence {
     mutating func reserveCapacity(_ capacity: Int) {
         let needed = Self.slotCount(for: capacity)
         if needed > slots.count { resize(to: needed) }
+    }
+
+    /// Moves the values into a table of the slots they need when it has a quarter more
+    /// (the old slots are freed once moved).
+    mutating func shrinkIfSparse() {
+        let needed = Self.slotCount(for: count)
+        if slots.count > needed + needed / 4 { resize(to: needed) }
     }
 
     func makeIterator() -> Iterator {
