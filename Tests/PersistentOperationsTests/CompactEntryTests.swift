@@ -222,8 +222,8 @@ struct CompactEntryTests {
         }
     }
 
-    @Test func whatARestoreKeepsOfARecordUntilItIsScheduledTakes48BytesAndACompactEntry72() {
-        #expect(MemoryLayout<PersistentOperationQueue.RestoredRecord>.stride == 48)
+    @Test func whatARestoreKeepsOfARecordUntilItIsScheduledTakes40BytesAndACompactEntry72() {
+        #expect(MemoryLayout<PersistentOperationQueue.RestoredRecord>.stride == 40)
         #expect(MemoryLayout<OperationRecord.Compact>.stride == 64)
         #expect(MemoryLayout<PersistentOperationQueue.Entry.Compact>.stride == 72)
     }
@@ -234,15 +234,26 @@ struct CompactEntryTests {
         let date = Date(timeIntervalSinceReferenceDate: 785_000_000.123_456)
         let cases: [(id: String, order: RunOrder, due: Date?, isPlain: Bool)] = [
             (canonical, RunOrder(priority: 4, enqueueSequence: 17), date, true),
-            (canonical, RunOrder(priority: -8, enqueueSequence: .max), nil, true),
-            // Out of line: an identifier not in canonical form, a priority wider than 32 bits,
-            // a due date that is not a number (a store written by hand)
+            (canonical, RunOrder(priority: -8, enqueueSequence: 1 << 56 - 1), nil, true),
+            (canonical, RunOrder(priority: 127, enqueueSequence: 0), nil, true),
+            (canonical, RunOrder(priority: -128, enqueueSequence: 0), date, true),
+            // Out of line: an identifier not in canonical form, a priority wider than 8 bits, a
+            // sequence wider than 56, a due date that is not a number (a store written by hand)
             ("legacy-id", RunOrder(priority: 0, enqueueSequence: 1), date, false),
             (canonical, RunOrder(priority: Int.min, enqueueSequence: 2), nil, false),
+            (canonical, RunOrder(priority: 128, enqueueSequence: 2), nil, false),
+            (canonical, RunOrder(priority: -129, enqueueSequence: 2), nil, false),
+            (canonical, RunOrder(priority: -8, enqueueSequence: .max), nil, false),
+            (canonical, RunOrder(priority: 0, enqueueSequence: 1 << 56), date, false),
             (canonical, RunOrder(priority: 1, enqueueSequence: 3), Date(timeIntervalSinceReferenceDate: .nan), false),
         ]
         for (id, order, due, isPlain) in cases {
-            let restored = Restored(id: id, order: order, due: due, prerequisites: [])
+            var restored = Restored(id: id, order: order, due: due, prerequisites: [])
+            #expect(restored.compactPosition == -1)
+            // (Only a plain record keeps where its compact entry is: the others are scheduled
+            // one at a time.)
+            restored.compactPosition = 5
+            #expect(restored.compactPosition == (isPlain ? 5 : -1))
             #expect(restored.id == id && restored.operationID.rawValue == id)
             #expect(restored.order.priority == order.priority && restored.order.enqueueSequence == order.enqueueSequence)
             #expect(restored.due?.timeIntervalSinceReferenceDate.bitPattern == due?.timeIntervalSinceReferenceDate.bitPattern)

@@ -357,23 +357,51 @@ extension PersistentOperationQueue {
         }
     }
 
-    /// What ``restore()`` keeps of a restored record until it is scheduled: 48 bytes, with
+    /// What ``restore()`` keeps of a restored record until it is scheduled: 40 bytes, with
     /// what few records have (prerequisites, crash evidence, an expiration date, run
-    /// conditions, an identifier not in canonical form) out of line, so that a restore of a
-    /// million holds no more than it must. (Its type is read from the queue's table when
-    /// an event needs it.)
+    /// conditions, an identifier not in canonical form, an order that does not fit) out of
+    /// line, so that a restore of a million holds no more than it must. (Its type is read from
+    /// the queue's table when an event needs it.)
     struct RestoredRecord: Sendable {
         /// The record's identifier as a UUID (zero when it is not in canonical form: then
         /// ``Rare/textKey`` holds it).
         private var uuid: UUIDBits
-        private var sequence: UInt64
+        /// The enqueue sequence in the low 56 bits, and the priority plus 128 in the high 8
+        /// (an order that does not fit is ``Rare/wideOrder``).
+        private var packedOrder: UInt64
         /// The due date's seconds since the reference date; NaN for none.
         private var dueInterval: Double
-        private var rare: Rare?
-        private var priority: Int32
+        /// What few records have, or, for the others, where the queue's table put the compact
+        /// entry of one a restore admitted from its fields (see `admitPlain`).
+        private var extra: Extra
+
+        private enum Extra: Sendable {
+            case rare(Rare)
+            /// -1: none.
+            case compactPosition(Int32)
+        }
+
+        /// The bits of the sequence ``packedOrder`` holds.
+        private static let sequenceBits: UInt64 = 56
+
         /// Where the queue's table put its compact entry when a restore admitted it from its
-        /// fields (see `EntryTable.readyIfBeingScheduled(_:hint:)`), else -1.
-        var compactPosition: Int32 = -1
+        /// fields (see `EntryTable.readyIfBeingScheduled(_:hint:)`), else -1 (always for a
+        /// record with rare fields, which is scheduled one at a time).
+        var compactPosition: Int32 {
+            get {
+                guard case .compactPosition(let position) = extra else { return -1 }
+                return position
+            }
+            set {
+                guard case .compactPosition = extra else { return }
+                extra = .compactPosition(newValue)
+            }
+        }
+
+        private var rare: Rare? {
+            guard case .rare(let rare) = extra else { return nil }
+            return rare
+        }
 
         /// The fields few records have.
         private final class Rare: Sendable {
@@ -389,11 +417,11 @@ extension PersistentOperationQueue {
             let textKey: String?
             /// A priority that does not fit 32 bits, or a due date that is NaN (from a store
             /// written by hand): kept exactly.
-            let wideOrder: (priority: Int, due: Date?)?
+            let wideOrder: (order: RunOrder, due: Date?)?
 
             init(
                 prerequisites: [String], crashes: Int, kills: Int, runsAlone: Bool, runsAloneAfterOthers: Bool,
-                expiresAt: Date?, conditions: [String], lane: String?, textKey: String?, wideOrder: (priority: Int, due: Date?)?
+                expiresAt: Date?, conditions: [String], lane: String?, textKey: String?, wideOrder: (order: RunOrder, due: Date?)?
             ) {
                 self.prerequisites = prerequisites
                 self.crashes = crashes
@@ -432,25 +460,37 @@ extension PersistentOperationQueue {
             case .uuid(let bits): (uuid, textKey) = (bits, nil)
             case .text(let text): (uuid, textKey) = (UUIDBits(high: 0, low: 0), text)
             }
-            sequence = order.enqueueSequence
             dueInterval = due?.timeIntervalSinceReferenceDate ?? .nan
-            let narrowPriority = Int32(exactly: order.priority)
-            priority = narrowPriority ?? 0
-            let wideOrder = narrowPriority == nil || due?.timeIntervalSinceReferenceDate.isNaN == true ? (order.priority, due) : nil
+            // An order that does not fit, and a due date that is NaN (from a store written by
+            // hand), are kept exactly, out of line.
+            var wideOrder: (order: RunOrder, due: Date?)?
+            if let priority = Int8(exactly: order.priority), order.enqueueSequence >> Self.sequenceBits == 0 {
+                packedOrder = UInt64(UInt8(bitPattern: priority) ^ 0x80) << Self.sequenceBits | order.enqueueSequence
+            } else {
+                packedOrder = 0
+                wideOrder = (order, due)
+            }
+            if dueInterval.isNaN, due != nil { wideOrder = (order, due) }
             if !prerequisites.isEmpty || crashes != 0 || kills != 0 || runsAlone || runsAloneAfterOthers || expiresAt != nil
                 || !conditions.isEmpty || lane != nil || textKey != nil || wideOrder != nil {
-                rare = Rare(
+                extra = .rare(Rare(
                     prerequisites: prerequisites, crashes: crashes, kills: kills, runsAlone: runsAlone,
                     runsAloneAfterOthers: runsAloneAfterOthers, expiresAt: expiresAt, conditions: conditions, lane: lane,
                     textKey: textKey, wideOrder: wideOrder
-                )
+                ))
+            } else {
+                extra = .compactPosition(-1)
             }
         }
 
         /// The record's identifier, held without an allocation (see `RecordKey`).
         var key: RecordKey { rare?.textKey.map(RecordKey.text) ?? .uuid(uuid) }
         var id: String { key.string }
-        var order: RunOrder { RunOrder(priority: rare?.wideOrder?.priority ?? Int(priority), enqueueSequence: sequence) }
+        var order: RunOrder {
+            if let wideOrder = rare?.wideOrder { return wideOrder.order }
+            let priority = Int8(bitPattern: UInt8(truncatingIfNeeded: packedOrder >> Self.sequenceBits) ^ 0x80)
+            return RunOrder(priority: Int(priority), enqueueSequence: packedOrder & (1 << Self.sequenceBits - 1))
+        }
         var due: Date? {
             if let wideOrder = rare?.wideOrder { return wideOrder.due }
             return dueInterval.isNaN ? nil : Date(timeIntervalSinceReferenceDate: dueInterval)

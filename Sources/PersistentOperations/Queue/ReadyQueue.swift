@@ -5,7 +5,7 @@ extension PersistentOperationQueue {
     /// and beside it the run of a restore's backlog, already sorted.
     ///
     /// A restore readies its due backlog in run order (`restore()` sorts what it restored). A
-    /// heap of it would be a second copy of the restore's list, 48 bytes a record; the run
+    /// heap of it would be a second copy of the restore's list, 48 bytes a record beside 40; the run
     /// takes over the list itself, and is read from the front. Each `popFirst()` takes the first
     /// of the heap and of the run; the run's storage is given back as it is read.
     ///
