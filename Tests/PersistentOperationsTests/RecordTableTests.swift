@@ -78,11 +78,11 @@ struct RecordTableTests {
     }
 
     @Test func aTableReservedLargerThanItsValuesNeedShrinksAndKeepsEveryValue() {
-        // Given a table reserved for 10,000 values that holds 1,000
+        // Given a table reserved for 100,000 values that holds 10,000
         var table = RecordTable<Int>()
-        table.reserveCapacity(10_000)
+        table.reserveCapacity(100_000)
         var expected: [UUID: Int] = [:]
-        for value in 0..<1_000 {
+        for value in 0..<10_000 {
             let id = UUID()
             table[id] = value
             expected[id] = value
@@ -94,10 +94,35 @@ struct RecordTableTests {
         let shrunkSlots = table.slotCount
         table.shrinkIfSparse()
 
-        // Then it holds the slots 1,000 values need, once, and every value is still found
-        #expect(reservedSlots >= 12_500 && shrunkSlots < 1_300 && table.slotCount == shrunkSlots)
-        #expect(table.count == 1_000)
+        // Then it holds about the slots 10,000 values need (12,500 at most 80 % full; a shard
+        // with at most a sixteenth more is left as it is), once, and every value is still found
+        #expect(reservedSlots >= 125_000)
+        #expect(shrunkSlots >= 12_500 && shrunkSlots <= 13_500 && table.slotCount == shrunkSlots)
+        #expect(table.count == 10_000)
         for (id, value) in expected { #expect(table[id] == value) }
         #expect(Dictionary(uniqueKeysWithValues: table.map { ($0.key, $0.value) }) == expected)
+    }
+
+    @Test func aTableGrowsOneShardAtATimeAndHoldsAtMostAQuarterMoreSlotsThanItNeeds() {
+        // Given a table that grows one add at a time to 50,000 values
+        var table = RecordTable<Int>()
+        var largestGrowth = 0
+        var previous = table.slotCount
+        for value in 0..<50_000 {
+            table[UUID()] = value
+            let slots = table.slotCount
+            largestGrowth = max(largestGrowth, slots - previous)
+            previous = slots
+            if value % 1_000 == 999 {
+                // Then it never holds more than a quarter more slots than 80 % full needs
+                // (and each shard's least, 8, and its rounding)
+                let most = Double(value + 1) / RecordTable<Int>.maximumLoad * 1.25 + Double(RecordTable<Int>.shardCount * 10)
+                #expect(Double(slots) <= most, "\(slots) slots for \(value + 1) values")
+            }
+        }
+        // And growing never moved more than one shard: about a 64th of the slots, where a
+        // whole table that grew would have added 15,000 at once
+        #expect(largestGrowth > 0 && largestGrowth < 1_000)
+        #expect(table.count == 50_000)
     }
 }

@@ -4,8 +4,8 @@ import Foundation
 /// and the little that counts and due dates need (when it is due, whether it is periodic);
 /// never a payload.
 ///
-/// 32 bytes a record, in a table of 48-byte slots at most 80 % full (``RecordTable``): about
-/// 60 bytes a record in all, and no allocation per record. The key is a `UUID`, not a `String`
+/// 32 bytes a record, in a table of 48-byte slots 64–80 % full (``RecordTable``): 60 to 75
+/// bytes a record in all, and no allocation per record. The key is a `UUID`, not a `String`
 /// (36 characters would take a heap allocation each); a record's type is an ordinal into one
 /// list of the type identifiers, and its segment an ordinal into the list of the segments
 /// (``Entry``, with its whole ``Location``, is what readers get). The index also keeps, per
@@ -248,7 +248,7 @@ struct JournalIndex: Sendable {
     }
 
     /// Gives back the room of a table made larger than its records need (a capacity reserved
-    /// from the segments' sizes counts removed records too), when it is a quarter more.
+    /// from the segments' sizes counts removed records too), where it is a sixteenth more.
     mutating func shrinkToFit() {
         table.shrinkIfSparse()
     }
