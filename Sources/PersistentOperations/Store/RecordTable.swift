@@ -103,8 +103,9 @@ struct RecordTable<Value: Sendable>: Sendable, Sequence {
     /// them: each shard gets its share and some).
     mutating func reserveCapacity(_ capacity: Int) {
         let share = Double(capacity) / Double(Self.shardCount)
-        // (A shard's share varies by about its square root.)
-        let perShard = Int((share + 4 * share.squareRoot()).rounded(.up))
+        // (A shard's share varies by about its square root: one in forty shards, more than
+        // twice that, grows once.)
+        let perShard = Int((share + 2 * share.squareRoot()).rounded(.up))
         for index in shards.indices {
             shards[index].reserve(perShard, seed: seed)
         }
