@@ -11,9 +11,12 @@ extension PersistentOperationQueue {
     ///
     /// ```swift
     /// var ready = PersistentOperationQueue.ReadyQueue()
-    /// ready.adoptRun(restoredInRunOrder)   // no copy
-    /// ready.insert(ReadySlot(id: id, order: order))
-    /// while let next = ready.popFirst() { … }
+    /// let restored = PersistentOperationQueue.RestoredRecord(
+    ///     key: .uuid(UUIDBits(high: 0, low: 1)), order: RunOrder(priority: 0, enqueueSequence: 1), due: nil
+    /// )
+    /// ready.adoptRun([restored])   // taken over, not copied
+    /// ready.insert(PersistentOperationQueue.ReadySlot(id: RecordIdentifier.make(), order: RunOrder(priority: 4, enqueueSequence: 2)))
+    /// let first = ready.popFirst()   // the inserted slot: a higher priority runs first
     /// ```
     struct ReadyQueue: Sendable {
         private var heap = Heap<ReadySlot>(by: ReadySlot.runsBefore)
