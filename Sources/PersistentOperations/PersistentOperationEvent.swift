@@ -70,6 +70,12 @@ public enum PersistentOperationEvent: Sendable, Hashable {
     case unknownConditions(PersistentOperationID, conditions: [String])
     /// Saving a change failed; the operation goes on, and the previous record stays on disk.
     case storeError(PersistentOperationID?, message: String)
+    /// The progress of a group of operations whose progress was asked for
+    /// (``PersistentOperationQueue/progress(for:)``) moved: `fractionCompleted` of the
+    /// `operations` it counts (ended ones whole, pending ones by the fraction they reported).
+    /// At most one an interval (``PersistentOperationQueue/Configuration/progressInterval``)
+    /// for each group, however often its operations report; none for groups nobody asked for.
+    case progress(PersistentOperationQueue.ProgressScope, fractionCompleted: Double, operations: Int)
 }
 
 extension PersistentOperationEvent {
@@ -146,7 +152,7 @@ extension PersistentOperationEvent {
             return id
         case .storeError(let id, _):
             return id
-        case .quarantined:
+        case .quarantined, .progress:
             return nil
         }
     }

@@ -134,6 +134,17 @@ extension PersistentOperationQueue {
         /// ```
         public var startRateLimits: [String: StartRateLimit] = [:]
 
+        /// The shortest time between two updates of a group's progress
+        /// (``PersistentOperationQueue/progress(for:)``) and its
+        /// ``PersistentOperationEvent/progress(_:fractionCompleted:operations:)`` event: changes
+        /// within it are coalesced into one. Default: 0.25 s.
+        ///
+        /// ```swift
+        /// var configuration = PersistentOperationQueue.Configuration()
+        /// configuration.progressInterval = 1   // a progress bar that moves once a second
+        /// ```
+        public var progressInterval: TimeInterval = 0.25
+
         /// How long the queue remembers an ``EnqueueOptions/idempotencyKey`` after the last
         /// operation added with it left the store, so that a repeated add in that time stores
         /// nothing. Default: 300 seconds (SQS FIFO's de-duplication window); 0 remembers a key

@@ -473,7 +473,9 @@ extension PersistentOperationQueue {
             reportStoreError(nil, "could not check the prerequisites of re-queued operations; those with prerequisites run after the next restore: \(error)")
             let held = requeued.filter { !$0.prerequisites.isEmpty }.map(\.id)
             state.withLock { state in
-                for id in held { state.entries.removeValue(forKey: id) }
+                for id in held {
+                    if let entry = state.entries.removeValue(forKey: id) { left(entry.record, ended: false, in: &state) }
+                }
             }
             requeued.removeAll { !$0.prerequisites.isEmpty }
         }

@@ -91,6 +91,8 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         var rateReservingSlots: Set<ObjectIdentifier> = []
         var rateWaiters: [String: Heap<ReadySlot>] = [:]
         var rateWakes: Set<String> = []
+        /// The groups whose progress was asked for (see `ProgressGroups`).
+        var progressGroups = ProgressGroups()
         /// With fair sharing: each group's next turn, and the turn of the last slot taken
         /// from `ready` (see `+FairShare`).
         var fairShare = FairShareRounds()
@@ -185,6 +187,8 @@ public final class PersistentOperationQueue: @unchecked Sendable {
     let inboxQueue = DispatchQueue(label: "PersistentOperationQueue.inbox")
     /// Where start-rate wake-ups run (see `+RateLimits`).
     let rateWakeQueue = DispatchQueue(label: "PersistentOperationQueue.rate")
+    /// Where the progress of groups is brought up to date (see `ProgressGroups`).
+    let progressQueue = DispatchQueue(label: "PersistentOperationQueue.progress")
     /// Serialises changes to the failed area: moving a finished operation's record there
     /// (until the queue forgets the operation), re-queueing, purging and loading it (which
     /// finishes interrupted moves), so none of them sees another halfway.

@@ -26,6 +26,14 @@ package protocol RetryingOperationDriver: AnyObject, Sendable {
     /// ``RetryingOperation/cancel()`` was called, whether or not the operation has started:
     /// called on the cancelling thread, after `isCancelled` became `true`.
     func operationWasCancelled(_ operation: RetryingOperation)
+
+    /// ``RetryingOperation/reportProgress(completed:of:)`` was called: on the reporting
+    /// thread, after the numbers were kept (and set on the operation's progress, if it has one).
+    func operationReportedProgress(_ operation: RetryingOperation, completed: Int64, of total: Int64)
+}
+
+extension RetryingOperationDriver {
+    package func operationReportedProgress(_ operation: RetryingOperation, completed: Int64, of total: Int64) {}
 }
 
 extension RetryingOperation {

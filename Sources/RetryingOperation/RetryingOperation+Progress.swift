@@ -81,14 +81,20 @@ extension RetryingOperation: ProgressReporting {
     ///     })
     /// }
     /// ```
+    ///
+    /// A `PersistentOperationQueue`'s progress of a tag, a lane or the whole queue counts the
+    /// fractions reported this way (a `completedUnitCount` set on ``progress`` directly is
+    /// seen when the operation ends).
     public final func reportProgress(completed: Int64, of total: Int64) {
-        let progress = machine.withLock { state -> Progress? in
+        let (progress, driver) = machine.withLock { state -> (Progress?, (any RetryingOperationDriver)?) in
             if state.progress == nil { state.reportedUnits = (completed, total) }
-            return state.progress
+            return (state.progress, state.driver)
         }
-        guard let progress else { return }
-        progress.totalUnitCount = total
-        progress.completedUnitCount = completed
+        if let progress {
+            progress.totalUnitCount = total
+            progress.completedUnitCount = completed
+        }
+        driver?.operationReportedProgress(self, completed: completed, of: total)
     }
 
     /// Completes `progress`: all of its units, or 1 of 1 when it has no total.

@@ -32,4 +32,8 @@ final class OperationTracker: RetryingOperationDriver {
     func operationWasCancelled(_ operation: RetryingOperation) {
         queue?.operationWasCancelled(recordID, operation)
     }
+
+    func operationReportedProgress(_ operation: RetryingOperation, completed: Int64, of total: Int64) {
+        queue?.operationReportedProgress(recordID, completed: completed, of: total)
+    }
 }

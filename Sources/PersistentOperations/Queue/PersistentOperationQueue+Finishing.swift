@@ -94,6 +94,7 @@ extension PersistentOperationQueue {
         }
         let forgotten = state.withLock { state -> Forgotten? in
             guard let entry = state.entries.removeValue(forKey: id) else { return nil }
+            left(entry.record, ended: true, in: &state)
             var forgotten = Forgotten(detached: detach(entry, in: &state))
             if let key = entry.operationKey, state.idsByOperation[key] == id {
                 state.idsByOperation.removeValue(forKey: key)

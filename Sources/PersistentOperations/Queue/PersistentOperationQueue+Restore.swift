@@ -319,7 +319,12 @@ extension PersistentOperationQueue {
         let entry = Entry.Compact(record: record, timerToken: nil, attemptsInFlight: 0, isReady: false)
         let position = state.withLock { state -> Int32? in
             guard state.unknownTypeRecords.isEmpty, let type = state.registry[fields.typeIdentifier], type.payloadVersion >= 1 else { return nil }
-            return state.entries.insertCompact(entry, uuid: fields.key)
+            let position = state.entries.insertCompact(entry, uuid: fields.key)
+            if position != nil, !state.progressGroups.isEmpty {
+                state.progressGroups.joinedPlain()
+                scheduleProgressUpdate(in: &state)
+            }
+            return position
         }
         guard let position else { return false }
         var admitted = RestoredRecord(key: .uuid(fields.key), order: fields.runOrder, due: fields.dueDate)
@@ -770,7 +775,11 @@ extension PersistentOperationQueue {
             case .cancelled(let cause):
                 cancellations.append((id, cause))
             case .held:
-                guard state.withLock({ $0.entries.removeValue(forKey: id) }) != nil else { continue }
+                guard state.withLock({ state in
+                    guard let entry = state.entries.removeValue(forKey: id) else { return false }
+                    left(entry.record, ended: false, in: &state)
+                    return true
+                }) else { continue }
                 // Left on disk as it is, batch included: it must not look uncommitted later.
                 report.heldForUnavailablePrerequisites.append(operationID)
             }

@@ -40,6 +40,7 @@ extension PersistentOperationQueue {
                 entry.operationKey = key
                 state.idsByOperation[key] = id
                 if let batch = records[index].batchID { state.batchMembers[batch, default: 0] += 1 }
+                if !state.progressGroups.isEmpty { state.progressGroups.joined(records[index]) }
                 if records[index].prerequisites.isEmpty, records[index].lane == nil, records[index].dueDate.map({ $0 <= now }) != false {
                     // Nothing to wait for (all of a plain batch): queued, or held for room
                     // (and parked), as it is stored.
@@ -54,6 +55,7 @@ extension PersistentOperationQueue {
                 let id = records[index].id
                 return (link(id, to: records[index].prerequisites, holdingFrom: liveIDs[index], in: &state), joinLane(id, in: &state))
             }
+            scheduleProgressUpdate(in: &state)
             return (linked, queued, slots)
         }
         for slot in slots { operationQueue.addOperation(slot) }
@@ -95,6 +97,10 @@ extension PersistentOperationQueue {
         state.withLock { state in
             state.entries.updateValue(entry, forKey: record.id)
             if let batch = record.batchID { state.batchMembers[batch, default: 0] += 1 }
+            if !state.progressGroups.isEmpty {
+                state.progressGroups.joined(record)
+                scheduleProgressUpdate(in: &state)
+            }
             // A series that ended a period and has not started the next: idle until that is due.
             if record.isBetweenPeriods, interrupted == 0 {
                 state.seriesBetweenPeriods.insert(record.id)
