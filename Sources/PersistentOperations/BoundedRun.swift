@@ -102,15 +102,26 @@ public final class BoundedRun: @unchecked Sendable {
     /// The default ``stopGracePeriod``: 1 second. A stop usually comes from an expiration
     /// handler, called when the system wants its time back: the report must not keep it waiting.
     public static let defaultStopGracePeriod: TimeInterval = 1
+    /// The operations the run starts, for a run of a scope
+    /// (``PersistentOperationQueue/startBoundedRun(of:reportingTo:until:idleLimit:stopGracePeriod:)``);
+    /// `nil` for a run of the whole queue.
+    public let scope: PersistentOperationQueue.ProgressScope?
+    /// The progress the run keeps up to date from its scope's (see `observe`).
+    let reportedProgress: Progress?
     let core = Locked(Core())
     let finished = DispatchGroup()
     weak var queue: PersistentOperationQueue?
 
-    init(queue: PersistentOperationQueue, deadline: Date, idleLimit: TimeInterval, stopGracePeriod: TimeInterval, startedAt: Date) {
+    init(
+        queue: PersistentOperationQueue, deadline: Date, idleLimit: TimeInterval, stopGracePeriod: TimeInterval, startedAt: Date,
+        scope: PersistentOperationQueue.ProgressScope? = nil, reportedProgress: Progress? = nil
+    ) {
         self.queue = queue
         self.deadline = deadline
         self.idleLimit = idleLimit
         self.stopGracePeriod = stopGracePeriod
+        self.scope = scope
+        self.reportedProgress = reportedProgress
         core.withLock { $0.tally.startedAt = startedAt }
         finished.enter()
     }
@@ -196,6 +207,12 @@ public final class BoundedRun: @unchecked Sendable {
 
     /// Counts an event of the queue while the run is active (on the events' queue).
     func observe(_ event: PersistentOperationEvent) {
+        if let reportedProgress, let scope, case .progress(scope, let fraction, let operations) = event, !isFinished {
+            // (On the events' queue, never under a lock.)
+            let total = Int64(operations) * PersistentOperationQueue.ProgressGroups.unitsPerOperation
+            reportedProgress.totalUnitCount = total
+            reportedProgress.completedUnitCount = Int64((fraction * Double(total)).rounded())
+        }
         // Counted until the report is made: what happened up to the end of the run.
         core.withLock { core in
             switch event {

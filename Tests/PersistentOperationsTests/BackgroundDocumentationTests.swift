@@ -13,7 +13,8 @@ import PersistentOperations
 
 /// A stand-in for BackgroundTasks' `BGTask`: the system calls its expiration handler when the
 /// background time is up, and the app calls `setTaskCompleted(success:)`.
-final class BGTask: Sendable {
+class BGTask: @unchecked Sendable {
+    // @unchecked: a class the continued-processing stand-in subclasses; its state is in `Locked`s.
     private let handler = Locked<(@Sendable () -> Void)?>(nil)
     private let completion = Locked<Bool?>(nil)
 
@@ -78,6 +79,19 @@ final class BGTaskScheduler: Sendable {
         handler?(task)
         return task
     }
+
+    /// What iOS 26 does with a continued-processing request submitted in the foreground: it
+    /// starts the task at once (here, the tasks started are kept for the test).
+    func submit(_ request: BGContinuedProcessingTaskRequest) throws {
+        let task = BGContinuedProcessingTask(title: request.title, subtitle: request.subtitle)
+        continuedTasks.withLock { $0.append(task) }
+        let handler = handlers.withLock { $0[request.identifier] }
+        handler?(task)
+    }
+
+    private let continuedTasks = Locked<[BGContinuedProcessingTask]>([])
+    /// The continued-processing tasks started so far.
+    var startedContinuedTasks: [BGContinuedProcessingTask] { continuedTasks.withLock { $0 } }
 
     var submitted: [Submitted] { requests.withLock { $0 } }
 }

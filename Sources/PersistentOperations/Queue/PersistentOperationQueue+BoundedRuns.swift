@@ -42,22 +42,101 @@ extension PersistentOperationQueue {
         idleLimit: TimeInterval = BoundedRun.defaultIdleLimit,
         stopGracePeriod: TimeInterval = BoundedRun.defaultStopGracePeriod
     ) -> BoundedRun {
+        startBoundedRun(scope: nil, reportingTo: nil, until: deadline, idleLimit: idleLimit, stopGracePeriod: stopGracePeriod)
+    }
+
+    /// Runs the due work of one group — a tag, a lane — and nothing else, until it is done,
+    /// `deadline`, or the returned run is stopped, and feeds `progress` (a task's, shown to
+    /// the person) from the group's progress: what a `BGContinuedProcessingTask` handler
+    /// needs (iOS 26: work the person started, with its progress in the system's UI).
+    ///
+    /// It is ``startBoundedRun(until:idleLimit:stopGracePeriod:)`` with a focus: while it is
+    /// active, only operations of `scope` start; the others' due work waits, reported
+    /// ``PersistentOperationInfo/State-swift.enum/queued``, and goes on when the run ends
+    /// (once the queue is resumed). Runs may overlap: while any active run is not of a scope
+    /// the whole queue works, and while several of scopes are, each scope's work starts. The
+    /// run ends ``BoundedRunReport/Ending-swift.enum/drained`` once the scope's work that was
+    /// due has run (the other work waiting does not make it `.blocked`). Stopped attempts end
+    /// as uncounted retries, as a bounded run's do.
+    ///
+    /// `progress` gets the units of ``progress(for:)`` of `scope` — 1,000 an operation, the
+    /// group's pending operations and those that ended since it was first asked for — at
+    /// the run's start and at each of the group's updates (at most every
+    /// ``Configuration/progressInterval``) until the run ends, so that the system sees it move
+    /// while uploads report their bytes.
+    ///
+    /// Apple platforms, iOS 26 (shown as text: the library has no BackgroundTasks code; the
+    /// README's copy of it is compiled and run by the tests against stand-ins with the
+    /// framework's names):
+    ///
+    /// ```text
+    /// BGTaskScheduler.shared.register(forTaskWithIdentifier: "com.example.export", using: nil) { task in
+    ///     guard let task = task as? BGContinuedProcessingTask else { return }
+    ///     let run = queue.startBoundedRun(of: .tag("export"), reportingTo: task.progress)
+    ///     task.expirationHandler = { run.stop() }   // the person cancelled, or the system ended it
+    ///     Task {
+    ///         let report = await run.report
+    ///         task.setTaskCompleted(success: report.ending == .drained)
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - scope: The operations to run.
+    ///   - progress: A progress to keep up to date, such as the task's; `nil` for none.
+    ///   - deadline: As in ``startBoundedRun(until:idleLimit:stopGracePeriod:)``;
+    ///     `.distantFuture` (the default) to run until the work is done or the run stopped.
+    ///   - idleLimit: As there.
+    ///   - stopGracePeriod: As there.
+    public func startBoundedRun(
+        of scope: ProgressScope,
+        reportingTo progress: Progress? = nil,
+        until deadline: Date = .distantFuture,
+        idleLimit: TimeInterval = BoundedRun.defaultIdleLimit,
+        stopGracePeriod: TimeInterval = BoundedRun.defaultStopGracePeriod
+    ) -> BoundedRun {
+        startBoundedRun(scope: scope, reportingTo: progress, until: deadline, idleLimit: idleLimit, stopGracePeriod: stopGracePeriod)
+    }
+
+    private func startBoundedRun(
+        scope: ProgressScope?, reportingTo progress: Progress?, until deadline: Date, idleLimit: TimeInterval, stopGracePeriod: TimeInterval
+    ) -> BoundedRun {
         let idleLimit = idleLimit >= 0 ? idleLimit : 0   // (NaN too)
-        let run = BoundedRun(queue: self, deadline: deadline, idleLimit: idleLimit, stopGracePeriod: stopGracePeriod, startedAt: timer.now)
+        let run = BoundedRun(
+            queue: self, deadline: deadline, idleLimit: idleLimit, stopGracePeriod: stopGracePeriod, startedAt: timer.now,
+            scope: scope, reportedProgress: progress
+        )
         let key = ObjectIdentifier(run)
         guard state.withLock({ !$0.isClosed && !$0.isShuttingDown }) else {
             run.end(.queueClosed)
             return run
         }
+        if let scope {
+            // The group's progress exists before the run's first event, and the run's
+            // progress starts from its counts.
+            _ = self.progress(for: scope)
+            let units = state.withLock { state in state.progressGroups.groups[scope].map { ($0.totalUnits, $0.completedUnits) } }
+            if let progress, let (total, completed) = units {
+                progress.totalUnitCount = total
+                progress.completedUnitCount = completed
+            }
+        }
         // Registered on the events' queue: events emitted before the run started, not yet
         // delivered, are not counted as the run's.
         hub.addMonitor(key) { [weak run] event in run?.observe(event) }
-        // Registered and resumed in one step, so that the end of another run cannot suspend
-        // the queue in between (see `finishRun`).
+        // Registered, focused and resumed in one step, so that the end of another run cannot
+        // suspend the queue or change the focus in between (see `finishRun`).
         runTransitions.lock()
-        runs.withLock { $0[key] = run }
+        let scopes = runs.withLock { runs in
+            runs[key] = run
+            return runs.values.map(\.scope)
+        }
+        let slots = refocus(on: scopes)
         operationQueue.isSuspended = false
         runTransitions.unlock()
+        for slot in slots {
+            operationQueue.addOperation(slot)
+        }
         if deadline < .distantFuture {
             let token = timer.schedule(at: deadline) { [weak run] in run?.end(.deadlineReached) }
             let isOver = run.core.withLock { core -> Bool in
@@ -116,12 +195,36 @@ extension PersistentOperationQueue {
         run.end(blockedOperationCount() > 0 ? .blocked : .drained)
     }
 
+    /// The key under which due work out of the focus of the active runs of scopes is parked.
+    static let focusKey = "\u{1}focus"
+
+    /// With `runTransitions` held: sets the focus to `scopes`, those of the active runs —
+    /// none when one of them is not of a scope, or none is active — and, when it changed from
+    /// one focus, looks at the work that one held again (each entry out of the new focus is
+    /// parked again). Returns the slots to queue.
+    private func refocus(on scopes: [ProgressScope?]) -> [AttemptSlot] {
+        let focus: [ProgressScope]? = scopes.isEmpty || scopes.contains(where: { $0 == nil }) ? nil : Array(Set(scopes.compactMap { $0 }))
+        let window = slotWindow()
+        return state.withLock { state -> [AttemptSlot] in
+            let old = state.focus
+            state.focus = focus
+            guard let old, old != focus else { return [] }
+            // (Narrowed or changed: what it held is looked at again under the new one.)
+            return releaseParked(under: Self.focusKey, in: &state, window: window)
+        }
+    }
+
     /// Whether nothing runs or waits for a slot, and nothing waiting on a date becomes due
     /// before `deadline`. Operations waiting for prerequisites or run conditions do not count.
     func hasNothingDue(before deadline: Date, now: Date) -> Bool {
         state.withLock { state -> Bool in
             if state.slotsInQueue > 0 { return false }
             return !state.entries.values.contains { entry in
+                if let focus = state.focus, !focus.contains(where: { $0.contains(entry.record) }) {
+                    // Not the work of the active runs of scopes: it waits for them to end.
+                    if case .running = entry.phase { return true }
+                    return false
+                }
                 switch entry.phase {
                 case .running: return true
                 case .waitingForConditions: return startsByRate(entry, by: deadline, now: now, in: state)
@@ -138,7 +241,8 @@ extension PersistentOperationQueue {
             state.entries.values.reduce(0) { count, entry in
                 switch entry.phase {
                 case .waitingForConditions:
-                    return count + 1
+                    // (Out of the focus of a run of a scope: not that run's work.)
+                    return entry.parkedUnder == Self.focusKey ? count : count + 1
                 case .waitingToRetry where entry.pendingAdmission == nil && entry.record.nextAttemptAt == nil:
                     return count + 1
                 default:
@@ -170,12 +274,17 @@ extension PersistentOperationQueue {
     func finishRun(_ run: BoundedRun, ending: BoundedRunReport.Ending) -> BoundedRunReport {
         let key = ObjectIdentifier(run)
         runTransitions.lock()
-        let isLast = runs.withLock { runs -> Bool in
+        let scopes = runs.withLock { runs in
             runs.removeValue(forKey: key)
-            return runs.isEmpty
+            return runs.values.map(\.scope)
         }
+        let isLast = scopes.isEmpty
+        let slots = refocus(on: scopes)
         if isLast { operationQueue.isSuspended = true }
         runTransitions.unlock()
+        for slot in slots {
+            operationQueue.addOperation(slot)
+        }
         var stopped: [String] = []
         var stillRunning: [String] = []
         if isLast {
@@ -188,6 +297,14 @@ extension PersistentOperationQueue {
         // The events of everything that happened until now are counted.
         hub.flush()
         hub.removeMonitor(key)
+        if let scope = run.scope, let progress = run.reportedProgress {
+            // Where the group is now, not at its last update: the task's last word.
+            let units = state.withLock { state in state.progressGroups.groups[scope].map { ($0.totalUnits, $0.completedUnits) } }
+            if let (total, completed) = units {
+                progress.totalUnitCount = total
+                progress.completedUnitCount = completed
+            }
+        }
         var report = run.core.withLock { $0.tally }
         report.ending = ending
         report.endedAt = timer.now

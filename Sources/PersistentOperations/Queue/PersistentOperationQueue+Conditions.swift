@@ -100,7 +100,9 @@ extension PersistentOperationQueue {
     /// Under the lock: parks a due entry whose conditions do not all hold, or that a pause
     /// holds, under the first that does not hold; whether it did.
     func parkUnlessConditionsHold(_ entry: inout Entry, in state: inout State) -> Bool {
-        guard !entry.record.conditions.isEmpty || !state.pauses.isEmpty, let unmet = firstUnmetCondition(of: entry, in: state) else { return false }
+        guard !entry.record.conditions.isEmpty || !state.pauses.isEmpty || state.focus != nil,
+              let unmet = firstUnmetCondition(of: entry, in: state)
+        else { return false }
         park(&entry, under: unmet, in: &state)
         return true
     }
@@ -108,6 +110,7 @@ extension PersistentOperationQueue {
     /// Under the lock: the key of a pause that holds the entry, or else the first of the
     /// entry's conditions that does not hold, if any.
     func firstUnmetCondition(of entry: Entry, in state: State) -> String? {
+        if let focus = state.focus, !focus.contains(where: { $0.contains(entry.record) }) { return Self.focusKey }
         if !state.pauses.isEmpty, let pause = pauseKey(holding: entry, in: state) { return pause }
         return entry.record.conditions.first { state.conditionStates[$0] != true }
     }

@@ -239,6 +239,7 @@ extension PersistentOperationQueue {
                 // one does.
                 guard let key = parkedUnder else { return .waitingForConditions }
                 return key.hasPrefix(PersistentOperationQueue.limitKeyPrefix) || key.hasPrefix(PersistentOperationQueue.rateKeyPrefix)
+                    || key == PersistentOperationQueue.focusKey
                     ? .queued : .waitingForConditions
             }
         }
