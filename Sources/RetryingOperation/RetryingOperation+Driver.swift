@@ -68,12 +68,25 @@ extension RetryingOperation {
         package var numberOfAttempts: Int
         /// The first attempt of this instance is passed `isRetry: true`.
         package var resumesAsRetry: Bool
+        /// The units of work done, as the earlier run last reported them; `nil`: none kept.
+        package var units: (completed: Int64, total: Int64)?
 
-        package init(numberOfRetries: Int, numberOfAttempts: Int, resumesAsRetry: Bool) {
+        package init(numberOfRetries: Int, numberOfAttempts: Int, resumesAsRetry: Bool, units: (completed: Int64, total: Int64)? = nil) {
             self.numberOfRetries = numberOfRetries
             self.numberOfAttempts = numberOfAttempts
             self.resumesAsRetry = resumesAsRetry
+            self.units = units
         }
+    }
+
+    /// The units of work the operation reported — through ``progress`` if it was made, else
+    /// through ``reportProgress(completed:of:)`` — or `nil` when it reported none: what a
+    /// persistent queue keeps with the record when an attempt ends in a retry.
+    package var reportedProgressUnits: (completed: Int64, total: Int64)? {
+        let (progress, units) = machine.withLock { ($0.progress, $0.reportedUnits) }
+        // (The progress read outside the lock: its getters take its own.)
+        let current = progress.map { ($0.completedUnitCount, $0.totalUnitCount) } ?? units
+        return current == (0, -1) ? nil : current
     }
 
     /// The driver told about this operation's life; set before the operation starts.
@@ -89,6 +102,7 @@ extension RetryingOperation {
             state.numberOfRetries = progress.numberOfRetries
             state.numberOfAttempts = progress.numberOfAttempts
             state.resumesAsRetry = progress.resumesAsRetry
+            if let units = progress.units, state.progress == nil { state.reportedUnits = units }
         }
     }
 

@@ -26,7 +26,10 @@ extension RetryingOperation: ProgressReporting {
     ///
     /// - **A retry continues** from where the last attempt left the progress: it counts the
     ///   work done, not the attempt's (an upload that resumes at its byte offset reads it
-    ///   there). An attempt that starts over sets `completedUnitCount` back to 0 itself.
+    ///   there). An attempt that starts over sets `completedUnitCount` back to 0 itself. In a
+    ///   `PersistentOperationQueue` this holds across launches: the units are saved with the
+    ///   operation's record when an attempt ends in a retry, and the operation rebuilt after a
+    ///   relaunch starts its progress there.
     /// - **Success completes it:** when the operation succeeds, `completedUnitCount` becomes
     ///   `totalUnitCount` (an indeterminate progress becomes 1 of 1). A failure leaves it
     ///   where the last attempt left it.

@@ -41,6 +41,10 @@ extension OperationRecord {
         }
         if payloadVersion != 1 { entries["payloadVersion"] = .integer(Int64(payloadVersion)) }
         entries["idempotencyKey"] = idempotencyKey.map { .string($0) }
+        if let progressUnits {
+            entries["progressCompleted"] = .integer(progressUnits.completed)
+            entries["progressTotal"] = .integer(progressUnits.total)
+        }
         if formatVersion >= 6 {
             entries["lane"] = lane.map { .string($0) }
             if laneHoldsOnFailure { entries["laneHoldsOnFailure"] = .bool(true) }
@@ -74,7 +78,7 @@ extension OperationRecord {
     struct Fields {
         /// A field a record body may hold (its key is ``name``).
         enum Key: Int, CaseIterable {
-            case formatVersion, id, typeIdentifier, payload, priority, enqueueSequence, enqueuedAt, notBefore, tags, uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription, failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions, repeatInterval, repeatFlex, periodTarget, completedPeriods, lane, laneHoldsOnFailure, isHoldingLane, payloadVersion, idempotencyKey
+            case formatVersion, id, typeIdentifier, payload, priority, enqueueSequence, enqueuedAt, notBefore, tags, uniqueKey, numberOfRetries, numberOfAttempts, nextAttemptAt, attemptsInFlight, lastErrorDescription, failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions, repeatInterval, repeatFlex, periodTarget, completedPeriods, lane, laneHoldsOnFailure, isHoldingLane, payloadVersion, idempotencyKey, progressCompleted, progressTotal
 
             /// The key in the property list.
             var name: String { Self.names[rawValue] }
@@ -213,7 +217,10 @@ extension OperationRecord {
             laneHoldsOnFailure: laneHoldsOnFailure,
             isHoldingLane: isHoldingLane,
             payloadVersion: payloadVersion,
-            idempotencyKey: try optional(.idempotencyKey, \.stringValue)
+            idempotencyKey: try optional(.idempotencyKey, \.stringValue),
+            progressUnits: try optional(.progressCompleted, \.int64Value).flatMap { completed in
+                try optional(.progressTotal, \.int64Value).map { ProgressUnits(completed: completed, total: $0) }
+            }
         )
         self.formatVersion = formatVersion
     }

@@ -114,6 +114,16 @@ import Foundation
 ///
 /// A reader that does not know the key runs the record as any other; only a repeated add
 /// needs it.
+///
+/// ## The progress (any format version)
+///
+/// | Key | Type | Meaning |
+/// |---|---|---|
+/// | `progressCompleted` | integer? | The units of work the operation had reported done when its record was last saved. |
+/// | `progressTotal` | integer? | The units of the whole work then (negative: not known). |
+///
+/// Both or neither. A reader that does not know them starts the restored operation's progress
+/// from nothing, as before the keys existed.
 package struct OperationRecord: Codable, Sendable, Equatable {
     /// The newest record format version this library writes (in the journal) and reads.
     package static let currentFormatVersion = 6
@@ -249,6 +259,24 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         get { extras?.idempotencyKey }
         set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.idempotencyKey = $1 } }
     }
+    /// The units of work the operation had reported when its record was last saved (any
+    /// record format version): its restored operation's progress starts there.
+    package var progressUnits: ProgressUnits? {
+        get { extras?.progressUnits }
+        set { extras.changeField(to: newValue, isDefault: newValue == nil) { $0.progressUnits = $1 } }
+    }
+
+    /// Units of work done, of a whole (``OperationRecord/progressUnits``).
+    package struct ProgressUnits: Sendable, Hashable {
+        package var completed: Int64
+        /// Negative: not known.
+        package var total: Int64
+
+        package init(completed: Int64, total: Int64) {
+            self.completed = completed
+            self.total = total
+        }
+    }
 
     /// The fields most records leave at their defaults. Shared by copies of a record until one
     /// of them changes a field (copy on write); never changed while shared, hence `Sendable`.
@@ -271,6 +299,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         var isHoldingLane = false
         var payloadVersion = 1
         var idempotencyKey: String?
+        var progressUnits: ProgressUnits?
 
         /// Whether every field has its default value (a `-0` flex is not the default: it
         /// must read back as it was set).
@@ -279,7 +308,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
                 && prerequisites.isEmpty && batchID == nil && failedPrerequisite == nil && expiresAt == nil
                 && conditions.isEmpty && repeatInterval == nil && repeatFlex == 0 && repeatFlex.sign == .plus
                 && periodTarget == nil && completedPeriods == 0 && lane == nil && !laneHoldsOnFailure && !isHoldingLane && payloadVersion == 1
-                && idempotencyKey == nil
+                && idempotencyKey == nil && progressUnits == nil
         }
 
         func copy() -> Extras {
@@ -302,6 +331,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             copy.isHoldingLane = isHoldingLane
             copy.payloadVersion = payloadVersion
             copy.idempotencyKey = idempotencyKey
+            copy.progressUnits = progressUnits
             return copy
         }
     }
@@ -336,7 +366,8 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         laneHoldsOnFailure: Bool = false,
         isHoldingLane: Bool = false,
         payloadVersion: Int = 1,
-        idempotencyKey: String? = nil
+        idempotencyKey: String? = nil,
+        progressUnits: ProgressUnits? = nil
     ) {
         self.init(
             formatVersion: 1, id: id, typeIdentifier: typeIdentifier, payload: payload, priority: priority, enqueueSequence: enqueueSequence,
@@ -361,6 +392,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         self.isHoldingLane = isHoldingLane
         self.payloadVersion = payloadVersion
         self.idempotencyKey = idempotencyKey
+        self.progressUnits = progressUnits
         self.formatVersion = requiredFormatVersion
     }
 
@@ -370,6 +402,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         case failureReason, prerequisites, batchID, failedPrerequisite, expiresAt, conditions
         case repeatInterval, repeatFlex, periodTarget, completedPeriods
         case lane, laneHoldsOnFailure, isHoldingLane, payloadVersion, idempotencyKey
+        case progressCompleted, progressTotal
     }
 
     /// Decodes a record body with any `Decoder` (Foundation's property-list decoder reads one);
@@ -405,7 +438,10 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             laneHoldsOnFailure: try container.decodeIfPresent(Bool.self, forKey: .laneHoldsOnFailure) ?? false,
             isHoldingLane: try container.decodeIfPresent(Bool.self, forKey: .isHoldingLane) ?? false,
             payloadVersion: try container.decodeIfPresent(Int.self, forKey: .payloadVersion) ?? 1,
-            idempotencyKey: try container.decodeIfPresent(String.self, forKey: .idempotencyKey)
+            idempotencyKey: try container.decodeIfPresent(String.self, forKey: .idempotencyKey),
+            progressUnits: try container.decodeIfPresent(Int64.self, forKey: .progressCompleted).flatMap { completed in
+                try container.decodeIfPresent(Int64.self, forKey: .progressTotal).map { ProgressUnits(completed: completed, total: $0) }
+            }
         )
         formatVersion = try container.decode(Int.self, forKey: .formatVersion)
     }
@@ -442,6 +478,10 @@ package struct OperationRecord: Codable, Sendable, Equatable {
         if isHoldingLane { try container.encode(true, forKey: .isHoldingLane) }
         if payloadVersion != 1 { try container.encode(payloadVersion, forKey: .payloadVersion) }
         try container.encodeIfPresent(idempotencyKey, forKey: .idempotencyKey)
+        if let progressUnits {
+            try container.encode(progressUnits.completed, forKey: .progressCompleted)
+            try container.encode(progressUnits.total, forKey: .progressTotal)
+        }
     }
 
     /// Records are equal when every field is; ``formatVersion`` says how the record was read or
@@ -460,6 +500,7 @@ package struct OperationRecord: Codable, Sendable, Equatable {
             && lhs.periodTarget == rhs.periodTarget && lhs.completedPeriods == rhs.completedPeriods
             && lhs.lane == rhs.lane && lhs.laneHoldsOnFailure == rhs.laneHoldsOnFailure && lhs.isHoldingLane == rhs.isHoldingLane
             && lhs.payloadVersion == rhs.payloadVersion && lhs.idempotencyKey == rhs.idempotencyKey
+            && lhs.progressUnits == rhs.progressUnits
     }
 
     /// The lowest format version that holds every field of the record, for a file of the

@@ -47,6 +47,15 @@ extension PropertyListValue {
         }
     }
 
+    /// The value as an `Int64`, when it is an integer that fits.
+    package var int64Value: Int64? {
+        switch self {
+        case .integer(let value): return value
+        case .unsignedInteger(let value): return Int64(exactly: value)
+        default: return nil
+        }
+    }
+
     /// The value as a `UInt64`, when it is a non-negative integer.
     package var unsignedValue: UInt64? {
         switch self {

@@ -17,7 +17,7 @@ final class OperationTracker: RetryingOperationDriver {
     }
 
     func operationWillWait(_ operation: RetryingOperation, _ wait: RetryingOperation.WaitInfo) {
-        queue?.operationWillWait(recordID, wait)
+        queue?.operationWillWait(recordID, wait, progress: operation.reportedProgressUnits)
     }
 
     func operationRequestsAttempt(_ operation: RetryingOperation, admit: @escaping @Sendable () -> Void) {

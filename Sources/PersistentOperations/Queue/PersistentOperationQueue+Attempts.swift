@@ -36,7 +36,7 @@ extension PersistentOperationQueue {
     }
 
     /// Saves the retry count and next-attempt date, then frees the attempt's slot.
-    func operationWillWait(_ id: String, _ wait: RetryingOperation.WaitInfo) {
+    func operationWillWait(_ id: String, _ wait: RetryingOperation.WaitInfo, progress: (completed: Int64, total: Int64)? = nil) {
         let now = timer.now
         let change = state.withLock { state -> (record: OperationRecord, slot: AttemptSlot?)? in
             guard var entry = state.entries[id] else { return nil }
@@ -47,6 +47,10 @@ extension PersistentOperationQueue {
             entry.record.attemptsInFlight = 0
             if let description = wait.errorDescription {
                 entry.record.lastErrorDescription = description
+            }
+            if let progress {
+                // Kept with the record: a restored operation's progress starts there.
+                entry.record.progressUnits = OperationRecord.ProgressUnits(completed: progress.completed, total: progress.total)
             }
             entry.attemptsInFlight = 0
             entry.attemptEndedAt = DispatchTime.now().uptimeNanoseconds

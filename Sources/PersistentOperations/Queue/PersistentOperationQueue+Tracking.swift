@@ -212,7 +212,8 @@ extension PersistentOperationQueue {
             retrying.restoreProgress(RetryingOperation.RestoredProgress(
                 numberOfRetries: record.numberOfRetries,
                 numberOfAttempts: attempts,
-                resumesAsRetry: attempts > 0
+                resumesAsRetry: attempts > 0,
+                units: record.progressUnits.map { ($0.completed, $0.total) }
             ))
         }
         attach(built, id: id)
