@@ -33,8 +33,9 @@ extension PersistentOperationQueue {
     ///   ``PersistentOperationEvent/progress(_:fractionCompleted:operations:)`` event emitted,
     ///   at most once every ``Configuration/progressInterval`` (0.25 s by default) however
     ///   often operations report, on a private queue (never while the queue holds a lock); no
-    ///   timer runs while nothing changes. On Linux, whose `Progress` posts no KVO, observe the
-    ///   events.
+    ///   timer runs while nothing changes. The end of a group's last pending operation updates
+    ///   it at once: by the time ``allOperationsFinished()`` returns, it is whole. On Linux,
+    ///   whose `Progress` posts no KVO, observe the events.
     /// - It is never cancelled or paused by the queue; cancelling it does nothing to the
     ///   operations (cancel them with ``cancelOperations(taggedWith:)``). Its units are
     ///   `1000` an operation.

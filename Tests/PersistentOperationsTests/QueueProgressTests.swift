@@ -303,4 +303,21 @@ struct QueueProgressTests {
         let oneKey = try OperationRecord(propertyListValue: .dictionary(entries), headerVersion: 5)
         #expect(oneKey.progressUnits == nil)
     }
+
+    @Test func aGroupWhoseLastOperationEndsIsWholeByTheTimeAllOperationsFinishedReturns() async throws {
+        // Given a queue that updates progress at most every 10 s, and its progress of a tag
+        let directory = try TemporaryDirectory()
+        let (queue, events) = try Self.queue(directory: directory, interval: 10)
+        defer { queue.close() }
+        let photos = queue.progress(for: .tag("photos"))
+        for _ in 0..<2 { try queue.addOperation(ReportingWork(payload: .init(steps: 2)), options: EnqueueOptions(tags: ["photos"])) }
+
+        // When they run and the queue is empty
+        queue.isSuspended = false
+        await queue.allOperationsFinished()
+
+        // Then the progress is whole already, not at the next update, and its event was emitted
+        #expect(Self.units(photos) == (2_000, 2_000))
+        #expect(try await eventually { events.withLock { $0.last } == .progress(.tag("photos"), fractionCompleted: 1, operations: 2) })
+    }
 }

@@ -91,11 +91,13 @@ extension PersistentOperationQueue {
             var emptyBatch: String?
             var released: [Operation] = []
             var laneHeld: (lane: String, by: String)?
+            var emptiedProgressGroup = false
         }
         let forgotten = state.withLock { state -> Forgotten? in
             guard let entry = state.entries.removeValue(forKey: id) else { return nil }
-            left(entry.record, ended: true, in: &state)
+            let emptiedProgressGroup = left(entry.record, ended: true, in: &state)
             var forgotten = Forgotten(detached: detach(entry, in: &state))
+            forgotten.emptiedProgressGroup = emptiedProgressGroup
             if let key = entry.operationKey, state.idsByOperation[key] == id {
                 state.idsByOperation.removeValue(forKey: key)
             }
@@ -141,6 +143,7 @@ extension PersistentOperationQueue {
             hub.emit(.laneHeld(lane: held.lane, by: PersistentOperationID(record: held.by)))
         }
         scheduleUnblocked(forgotten.unblocked)
+        if forgotten.emptiedProgressGroup { updateProgressNow() }
         signalProgress(resuming: forgotten.waiters)
         // Operations (and the dependents they held) are released here, outside every lock:
         // a deinit is user code.

@@ -88,14 +88,17 @@ extension PersistentOperationQueue {
 
         /// The operation stored as `record` left the queue's table; `ended`: because it ended
         /// (else it only stopped being run by this queue, as a record held for a prerequisite
-        /// that cannot run in this launch).
-        mutating func left(_ record: OperationRecord, ended: Bool) {
+        /// that cannot run in this launch). Whether a group it was in has none pending left.
+        mutating func left(_ record: OperationRecord, ended: Bool) -> Bool {
+            var emptied = false
             for scope in groups.keys where scope.contains(record) {
                 groups[scope]!.pending -= 1
                 if ended { groups[scope]!.ended += 1 }
                 groups[scope]!.fractions[record.id] = nil
                 groups[scope]!.isStale = true
+                if groups[scope]!.pending == 0 { emptied = true }
             }
+            return emptied
         }
 
         /// The pending operation stored as `record` reported `completed` units of `total`.
@@ -138,10 +141,13 @@ extension PersistentOperationQueue {
     /// Brings the stale groups' `Progress` objects up to date and emits their events (on
     /// `progressQueue`).
     func updateProgress() {
-        let stale = state.withLock { state in
-            state.progressGroups.isUpdateScheduled = false
-            return state.progressGroups.takeStale()
-        }
+        state.withLock { $0.progressGroups.isUpdateScheduled = false }
+        updateProgressIfStale()
+    }
+
+    /// Sets the stale groups' `Progress` objects and emits their events (on `progressQueue`).
+    private func updateProgressIfStale() {
+        let stale = state.withLock { state in state.progressGroups.takeStale() }
         for group in stale {
             group.progress.totalUnitCount = group.total
             group.progress.completedUnitCount = group.completed
@@ -151,11 +157,21 @@ extension PersistentOperationQueue {
     }
 
     /// Under the lock: the entry of `record` left the queue's table (see
-    /// ``ProgressGroups/left(_:ended:)``).
-    func left(_ record: OperationRecord, ended: Bool, in state: inout State) {
-        guard !state.progressGroups.isEmpty else { return }
-        state.progressGroups.left(record, ended: ended)
+    /// ``ProgressGroups/left(_:ended:)``). Whether a group has none pending left: the caller
+    /// brings the progress up to date at once (`updateProgressNow()`), so that a progress is
+    /// whole by the time `allOperationsFinished()` returns.
+    @discardableResult
+    func left(_ record: OperationRecord, ended: Bool, in state: inout State) -> Bool {
+        guard !state.progressGroups.isEmpty else { return false }
+        let emptied = state.progressGroups.left(record, ended: ended)
         scheduleProgressUpdate(in: &state)
+        return emptied
+    }
+
+    /// Brings the stale groups' `Progress` objects up to date now, in order with the
+    /// throttled updates (never under the queue's lock).
+    func updateProgressNow() {
+        progressQueue.sync { updateProgressIfStale() }
     }
 
     /// An operation of the queue reported its progress (`reportProgress(completed:of:)`).
