@@ -35,7 +35,8 @@ extension PersistentOperationQueue {
     ///   often operations report, on a private queue (never while the queue holds a lock); no
     ///   timer runs while nothing changes. The end of a group's last pending operation updates
     ///   it at once: by the time ``allOperationsFinished()`` returns, it is whole. On Linux,
-    ///   whose `Progress` posts no KVO, observe the events.
+    ///   whose `Progress` posts no KVO and takes no lock, observe the events: reading the
+    ///   `Progress` on another thread while the queue sets it is a data race there.
     /// - It is never cancelled or paused by the queue; cancelling it does nothing to the
     ///   operations (cancel them with ``cancelOperations(taggedWith:)``). Its units are
     ///   `1000` an operation.
