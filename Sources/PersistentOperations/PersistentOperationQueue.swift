@@ -93,7 +93,7 @@ public final class PersistentOperationQueue: @unchecked Sendable {
         var rateWakes: Set<String> = []
         /// While bounded runs of scopes only are active, their scopes: the others' due work is
         /// parked under `focusKey` (see `+BoundedRuns`); `nil` otherwise.
-        var focus: [ProgressScope]?
+        var focus: Set<ProgressScope>?
         /// The groups whose progress was asked for (see `ProgressGroups`).
         var progressGroups = ProgressGroups()
         /// With fair sharing: each group's next turn, and the turn of the last slot taken

@@ -115,11 +115,7 @@ extension PersistentOperationQueue {
             // The group's progress exists before the run's first event, and the run's
             // progress starts from its counts.
             _ = self.progress(for: scope)
-            let units = state.withLock { state in state.progressGroups.groups[scope].map { ($0.totalUnits, $0.completedUnits) } }
-            if let progress, let (total, completed) = units {
-                progress.totalUnitCount = total
-                progress.completedUnitCount = completed
-            }
+            if let progress { setCurrentUnits(of: scope, on: progress) }
         }
         // Registered on the events' queue: events emitted before the run started, not yet
         // delivered, are not counted as the run's.
@@ -198,12 +194,29 @@ extension PersistentOperationQueue {
     /// The key under which due work out of the focus of the active runs of scopes is parked.
     static let focusKey = "\u{1}focus"
 
+    /// Under the lock: whether the operation stored as `record` is out of the focus of the
+    /// active runs of scopes (none is while no focus is set).
+    func isOutOfFocus(_ record: OperationRecord, in state: State) -> Bool {
+        guard let focus = state.focus else { return false }
+        return !focus.contains { $0.contains(record) }
+    }
+
+    /// The units of the group of `scope` as its counts are now (its `Progress` may be an
+    /// update behind), set on `progress`: where a run of the scope starts its task's progress,
+    /// and its last word at the end.
+    private func setCurrentUnits(of scope: ProgressScope, on progress: Progress) {
+        let units = state.withLock { state in state.progressGroups.groups[scope].map { ($0.totalUnits, $0.completedUnits) } }
+        guard let (total, completed) = units else { return }
+        progress.totalUnitCount = total
+        progress.completedUnitCount = completed
+    }
+
     /// With `runTransitions` held: sets the focus to `scopes`, those of the active runs —
     /// none when one of them is not of a scope, or none is active — and, when it changed from
     /// one focus, looks at the work that one held again (each entry out of the new focus is
     /// parked again). Returns the slots to queue.
     private func refocus(on scopes: [ProgressScope?]) -> [AttemptSlot] {
-        let focus: [ProgressScope]? = scopes.isEmpty || scopes.contains(where: { $0 == nil }) ? nil : Array(Set(scopes.compactMap { $0 }))
+        let focus: Set<ProgressScope>? = scopes.isEmpty || scopes.contains(where: { $0 == nil }) ? nil : Set(scopes.compactMap { $0 })
         let window = slotWindow()
         return state.withLock { state -> [AttemptSlot] in
             let old = state.focus
@@ -220,7 +233,7 @@ extension PersistentOperationQueue {
         state.withLock { state -> Bool in
             if state.slotsInQueue > 0 { return false }
             return !state.entries.values.contains { entry in
-                if let focus = state.focus, !focus.contains(where: { $0.contains(entry.record) }) {
+                if isOutOfFocus(entry.record, in: state) {
                     // Not the work of the active runs of scopes: it waits for them to end.
                     if case .running = entry.phase { return true }
                     return false
@@ -299,11 +312,7 @@ extension PersistentOperationQueue {
         hub.removeMonitor(key)
         if let scope = run.scope, let progress = run.reportedProgress {
             // Where the group is now, not at its last update: the task's last word.
-            let units = state.withLock { state in state.progressGroups.groups[scope].map { ($0.totalUnits, $0.completedUnits) } }
-            if let (total, completed) = units {
-                progress.totalUnitCount = total
-                progress.completedUnitCount = completed
-            }
+            setCurrentUnits(of: scope, on: progress)
         }
         var report = run.core.withLock { $0.tally }
         report.ending = ending

@@ -110,7 +110,7 @@ extension PersistentOperationQueue {
     /// Under the lock: the key of a pause that holds the entry, or else the first of the
     /// entry's conditions that does not hold, if any.
     func firstUnmetCondition(of entry: Entry, in state: State) -> String? {
-        if let focus = state.focus, !focus.contains(where: { $0.contains(entry.record) }) { return Self.focusKey }
+        if isOutOfFocus(entry.record, in: state) { return Self.focusKey }
         if !state.pauses.isEmpty, let pause = pauseKey(holding: entry, in: state) { return pause }
         return entry.record.conditions.first { state.conditionStates[$0] != true }
     }

@@ -39,6 +39,13 @@ extension PersistentOperationQueue {
     /// The prefix of the keys under which operations wait for a start of a rate-limited tag.
     static let rateKeyPrefix = "\u{1}rate:"
 
+    /// The tags of `entry` that have a start-rate limit.
+    func rateLimitedTags(of entry: Entry) -> [String] {
+        let limits = configuration.startRateLimits
+        guard !limits.isEmpty else { return [] }
+        return entry.record.tags.filter { limits[$0] != nil }
+    }
+
     /// Under the lock: when the bucket of a rate-limited tag of a due entry holds no start
     /// beyond those reserved, parks the entry for that tag (and sets the tag's wake-up);
     /// otherwise, when `starting` is its slot (the slot starts), the slot's reservations end and
@@ -47,7 +54,7 @@ extension PersistentOperationQueue {
         let limits = configuration.startRateLimits
         guard !limits.isEmpty else { return false }
         if let starting { endReservations(of: starting, in: &state) }
-        let limited = entry.record.tags.filter { limits[$0] != nil }
+        let limited = rateLimitedTags(of: entry)
         guard !limited.isEmpty else { return false }
         let now = DispatchTime.now().uptimeNanoseconds
         var buckets: [(tag: String, bucket: StartBucket)] = []

@@ -112,7 +112,7 @@ extension PersistentOperationQueue {
             recordID: entry.record.id,
             priority: Operation.QueuePriority(rawValue: entry.record.priority) ?? .normal,
             limitedTags: limitedTags(of: entry),
-            rateLimitedTags: configuration.startRateLimits.isEmpty ? [] : entry.record.tags.filter { configuration.startRateLimits[$0] != nil },
+            rateLimitedTags: rateLimitedTags(of: entry),
             onStart: { [weak self] slot in
                 guard let self else { return slot.release() }
                 self.slotDidStart(slot)

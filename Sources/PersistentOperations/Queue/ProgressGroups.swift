@@ -1,7 +1,7 @@
 import Foundation
 
 // The progress of a group of operations (the whole queue, a tag, a lane), kept only for the
-// groups someone asked for (`progress(taggedWith:)`, …): nothing is counted until then.
+// groups someone asked for (`progress(for:)`): nothing is counted until then.
 //
 // A group counts the operations that were pending in it when it was made and every one that
 // joins it after (added, restored, re-queued), each worth ``ProgressGroups/unitsPerOperation``
