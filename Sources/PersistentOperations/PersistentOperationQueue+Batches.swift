@@ -93,9 +93,11 @@ extension PersistentOperationQueue {
         try addOperations(operations, options: options, hasMemberTags: true, tagsOfEach: tagsOfEach)
     }
 
-    private func addOperations(
+    /// Stores and schedules `operations`; `beforeScheduling` runs once they are stored, before
+    /// the queue knows them (so before any of them can start), and not when nothing is stored.
+    func addOperations(
         _ operations: [any PersistentOperation], options: EnqueueOptions, hasMemberTags: Bool,
-        tagsOfEach: (any PersistentOperation) -> Set<String>
+        tagsOfEach: (any PersistentOperation) -> Set<String>, beforeScheduling: () -> Void = {}
     ) throws -> [PersistentOperationID] {
         if options.uniqueKey != nil {
             throw PersistenceError(.invalidOptions, "addOperations(_:options:) takes no unique key: a key names one operation, not a batch. Add operations with a unique key one at a time.")
@@ -167,6 +169,7 @@ extension PersistentOperationQueue {
             } else {
                 try store.add(records[0])
             }
+            beforeScheduling()
             hub.emit(enqueued: records)
             track(operations.map { $0 }, records: records, liveIDs: resolved.map(\.liveIDs), keepsOperationsAlive: options.keepsOperationAlive)
             return ids.map(PersistentOperationID.init(record:))
@@ -206,7 +209,7 @@ extension PersistentOperationQueue {
 
     /// Throws ``PersistenceError/Code/invalidDependency`` when the dependencies inside a batch
     /// form a cycle (Kahn's algorithm: what never becomes free of prerequisites is on one).
-    private static func checkAcyclic(ids: [String], prerequisites: [[String]], operations: [any PersistentOperation]) throws {
+    static func checkAcyclic(ids: [String], prerequisites: [[String]], operations: [any PersistentOperation]) throws {
         let index = Dictionary(uniqueKeysWithValues: ids.enumerated().map { ($1, $0) })
         var remaining = [Int](repeating: 0, count: ids.count)
         var dependents = [[Int]](repeating: [], count: ids.count)

@@ -179,6 +179,22 @@ extension PersistentOperationQueue {
         /// ```
         public var takesAdministrationRequests: Bool = true
 
+        /// Whether the queue takes in the operations other processes leave in the store's
+        /// inbox with ``PersistentOperationInbox`` (an app extension, a widget, an intent).
+        /// Default: `true`.
+        ///
+        /// The queue takes the letters waiting in when ``PersistentOperationQueue/restore()``
+        /// begins, before it restores, and then each as it arrives (it watches the inbox: no
+        /// polling). Each letter's operations are stored as one batch, then the letter is
+        /// removed, then they are scheduled: a letter is taken in once, whatever process is
+        /// killed when.
+        ///
+        /// ```swift
+        /// var configuration = PersistentOperationQueue.Configuration()
+        /// configuration.takesOperationsFromOtherProcesses = false   // no extension adds to this store
+        /// ```
+        public var takesOperationsFromOtherProcesses: Bool = true
+
         /// Whether the queue installs handlers for the crash signals (SIGSEGV, SIGBUS, SIGILL,
         /// SIGTRAP, SIGFPE, SIGABRT) that note, in the store, that the process crashed, so that
         /// the next launch can tell a crash from a kill. Default: `true`.

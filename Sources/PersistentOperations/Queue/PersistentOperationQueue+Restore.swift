@@ -32,6 +32,10 @@ extension PersistentOperationQueue {
     /// Records already tracked (added in this run, or restored before) are skipped, so a
     /// second call restores nothing twice.
     ///
+    /// Operations other processes left in the store's inbox (``PersistentOperationInbox``)
+    /// are taken in first, as adds of this launch, unless
+    /// ``Configuration/takesOperationsFromOtherProcesses`` is `false`.
+    ///
     /// Unique keys: adds made before this call already saw the stored records (see
     /// ``EnqueueOptions/uniqueKey``), so a record one of them kept is restored here, and one
     /// it replaced is gone with its dependents. Of two stored records with the same unique
@@ -52,6 +56,10 @@ extension PersistentOperationQueue {
     @discardableResult
     public func restore() throws -> RestoreReport {
         try checkOpen()
+        // Operations other processes left: stored (as this launch's adds) before the restore
+        // reads the store, so that a letter an earlier launch stored but did not remove is
+        // known by its key (see `+Inbox`).
+        takeLettersBeforeRestore()
         // No prerequisite may end, and no failed record be re-queued, while the graph of the
         // restored records is resolved against the tracked ones.
         graphLock.lock()
