@@ -53,6 +53,16 @@ extension PersistentOperationQueue {
                 guard lifecycle.state != newValue else { return }
                 lifecycle.state = newValue
                 store.noteApplicationState(isActive: newValue == .active)
+                guard configuration.releasesStoreLockWhenInactive else { return }
+                if newValue == .inactive {
+                    store.suspendLock()
+                } else {
+                    do {
+                        try store.resumeLock()
+                    } catch {
+                        log(.error, "\(error)")
+                    }
+                }
             }
         }
     }

@@ -195,6 +195,32 @@ extension PersistentOperationQueue {
         /// ```
         public var takesOperationsFromOtherProcesses: Bool = true
 
+        /// Whether the queue lets the store's lock go while ``PersistentOperationQueue/applicationState``
+        /// is ``PersistentOperationQueue/ApplicationState/inactive``, and takes it again when
+        /// the app is active. Default: `false` (the lock is held from open to close).
+        ///
+        /// Turn it on for a store in an App Group container: iOS kills a suspended app that
+        /// holds a file lock there (termination reason `0xdead10cc`), and an app is suspended
+        /// soon after it leaves the foreground. The queue goes on working while the lock is
+        /// let go (a background task, a bounded run); the lock's work — keeping a second
+        /// process from opening the store — is then the app's own rule:
+        ///
+        /// - **Only the app opens the store.** Its extensions, widgets and intents add through
+        ///   ``PersistentOperationInbox``, which takes no lock; tools read with
+        ///   ``ReadOnlyPersistentStore``.
+        /// - **If another process opens the store anyway** while the app is inactive, the app
+        ///   finds the lock taken when it is active again. The queue then changes the store no
+        ///   more (the other process may have changed it): every add and every outcome throws
+        ///   or logs ``PersistenceError/Code/locked``, and the log says so. Close the queue and
+        ///   open a new one once the other process has closed the store; nothing acknowledged
+        ///   before is lost.
+        ///
+        /// ```swift
+        /// var configuration = PersistentOperationQueue.Configuration()
+        /// configuration.releasesStoreLockWhenInactive = true   // a store in an App Group container
+        /// ```
+        public var releasesStoreLockWhenInactive: Bool = false
+
         /// Whether the queue installs handlers for the crash signals (SIGSEGV, SIGBUS, SIGILL,
         /// SIGTRAP, SIGFPE, SIGABRT) that note, in the store, that the process crashed, so that
         /// the next launch can tell a crash from a kill. Default: `true`.

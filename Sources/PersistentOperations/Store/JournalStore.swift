@@ -288,6 +288,13 @@ package final class JournalStore: Sendable {
     /// records of a newer format.
     package var isWritable: Bool { state.withLock { $0.failure == nil && !$0.isClosed } }
 
+    /// Takes no more changes (compactions included): each throws `reason`.
+    package func refuseChanges(_ reason: PersistenceError) {
+        state.withLock { state in
+            if state.failure == nil { state.failure = reason }
+        }
+    }
+
     /// A new enqueue sequence number, greater than every one handed out or stored before.
     package func nextEnqueueSequence() -> UInt64 {
         state.withLock { state in

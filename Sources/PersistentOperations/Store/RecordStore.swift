@@ -106,6 +106,9 @@ package final class RecordStore: Sendable {
     /// The mutable state of a store.
     struct State: Sendable {
         var isClosed = false
+        /// Why changes are refused since the lock was found taken by another process after a
+        /// suspension (see ``resumeLock()``).
+        var lostLock: PersistenceError?
         /// The last enqueue sequence handed out or seen on disk.
         var lastEnqueueSequence: UInt64 = 0
         /// The areas whose records on disk `lastEnqueueSequence` accounts for: those read
@@ -274,6 +277,28 @@ package final class RecordStore: Sendable {
         lock?.release()
     }
 
+    /// Lets the directory lock go while the app is not active (see `StoreLock.suspend()`);
+    /// the store goes on changing, as its owner's.
+    package func suspendLock() {
+        lock?.suspend()
+    }
+
+    /// Takes the directory lock again after ``suspendLock()``.
+    ///
+    /// - Throws: ``PersistenceError/Code/locked`` when another process took it meanwhile:
+    ///   from then on every change throws that error, since the other process may have
+    ///   changed the store under this one.
+    package func resumeLock() throws {
+        do {
+            try lock?.resume()
+        } catch let error as PersistenceError {
+            let located = PersistenceError(error.code, error.message, fileURL: URL(fileURLWithPath: layout.lockPath), underlyingError: error.underlyingError)
+            state.withLock { $0.lostLock = located }
+            journal?.refuseChanges(located)
+            throw located
+        }
+    }
+
     /// Waits for the changes under way to finish, then releases the directory lock; later
     /// changes throw ``PersistenceError/Code/storeNotWritable``.
     ///
@@ -420,7 +445,9 @@ package final class RecordStore: Sendable {
         guard access == .readWrite else {
             throw PersistenceError(.storeNotWritable, "The store was opened read-only.", fileURL: directory)
         }
-        guard !state.withLock({ $0.isClosed }) else {
+        let (isClosed, lostLock) = state.withLock { ($0.isClosed, $0.lostLock) }
+        if let lostLock { throw lostLock }
+        guard !isClosed else {
             throw PersistenceError(.storeNotWritable, "The store has been closed.", fileURL: directory)
         }
     }

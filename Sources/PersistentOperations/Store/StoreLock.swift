@@ -16,8 +16,9 @@ import Darwin
 ///
 /// Thread safety: ``release()`` may be called from any thread, any number of times.
 package final class StoreLock: Sendable {
-    /// The locked descriptor, `nil` once released.
-    private let state: Locked<Int32?>
+    /// The lock file's descriptor, `nil` once released; whether it holds the lock now (it
+    /// does not while suspended).
+    private let state: Locked<(descriptor: Int32?, isHeld: Bool)>
     private let fileSystem: FileSystem
 
     /// Takes the lock on `path`, creating the file (mode 0600) when needed.
@@ -53,7 +54,7 @@ package final class StoreLock: Sendable {
         }
         Self.recordHolder(descriptor: descriptor, fileSystem: fileSystem)
         self.fileSystem = fileSystem
-        self.state = Locked(descriptor)
+        self.state = Locked((descriptor, true))
     }
 
     deinit {
@@ -62,9 +63,9 @@ package final class StoreLock: Sendable {
 
     /// Releases the lock; later calls do nothing.
     package func release() {
-        guard let descriptor = state.withLock({ descriptor -> Int32? in
-            defer { descriptor = nil }
-            return descriptor
+        guard let descriptor = state.withLock({ state -> Int32? in
+            defer { state = (nil, false) }
+            return state.descriptor
         }) else { return }
         // Unlock before closing: a child process forked by another thread in the instant
         // before its exec shares this open file description, and closing our descriptor alone
@@ -73,9 +74,43 @@ package final class StoreLock: Sendable {
         try? fileSystem.close(descriptor)
     }
 
+    /// Lets the lock go, keeping the file open, until ``resume()``: the holder still owns the
+    /// store by the app's own rule, but holds no file lock (iOS kills a suspended process that
+    /// holds one in an App Group container). Does nothing when released or suspended.
+    package func suspend() {
+        state.withLock { state in
+            guard let descriptor = state.descriptor, state.isHeld else { return }
+            try? fileSystem.lock(descriptor, LOCK_UN)
+            state.isHeld = false
+        }
+    }
+
+    /// Takes the lock again after ``suspend()``. Does nothing when it is held or released.
+    ///
+    /// - Throws: ``PersistenceError/Code/locked`` when another process took it meanwhile.
+    package func resume() throws {
+        try state.withLock { state in
+            guard let descriptor = state.descriptor, !state.isHeld else { return }
+            do {
+                try fileSystem.lock(descriptor, LOCK_EX | LOCK_NB)
+            } catch {
+                let holder = Self.holderDescription(descriptor: descriptor, fileSystem: fileSystem)
+                throw PersistenceError(
+                    .locked,
+                    "Another process opened the store\(holder) while this one held no lock (the app was not active); this queue no longer changes the store. Close it, and open the store again once the other process has closed it.",
+                    fileURL: nil, underlyingError: error
+                )
+            }
+            state.isHeld = true
+            Self.recordHolder(descriptor: descriptor, fileSystem: fileSystem)
+        }
+    }
+
     /// Writes this process's identifier into the lock file, for the error other openers see.
     private static func recordHolder(descriptor: Int32, fileSystem: FileSystem) {
         let text = Data("\(getpid())\n".utf8)
+        // From the start: after a suspension the offset is where the last write left it.
+        _ = lseek(descriptor, 0, SEEK_SET)
         _ = ftruncate(descriptor, 0)
         _ = text.withUnsafeBytes { bytes in
             try? fileSystem.write(descriptor, bytes)
@@ -85,6 +120,7 @@ package final class StoreLock: Sendable {
     /// " by process 123" when the lock file names the holder, otherwise "".
     private static func holderDescription(descriptor: Int32, fileSystem: FileSystem) -> String {
         var buffer = [UInt8](repeating: 0, count: 32)
+        _ = lseek(descriptor, 0, SEEK_SET)
         let count = buffer.withUnsafeMutableBytes { bytes in
             (try? fileSystem.read(descriptor, bytes)) ?? 0
         }
