@@ -14,7 +14,7 @@ import Foundation
 /// ```swift
 /// // In the share extension (a process of its own), with the app's shared store:
 /// let inbox = PersistentOperationInbox(directory: sharedStoreURL)
-/// try inbox.addOperation(UploadPhoto(payload: PhotoPayload(file: "IMG_0042.HEIC", album: "Hike")),
+/// try inbox.addOperation(UploadPhoto(payload: PhotoPayload(file: photo, album: "Hike")),
 ///                        options: EnqueueOptions(tags: ["album:Hike"]))
 /// // The app's queue takes the upload in at its next restore(), or now if it is running.
 /// ```

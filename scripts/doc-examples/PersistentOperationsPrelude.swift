@@ -111,6 +111,7 @@ var storeURL: URL { URL(fileURLWithPath: "/tmp/uploads-store") }
 var appSupport: URL { URL(fileURLWithPath: "/tmp/Application Support") }
 var photo: URL { URL(fileURLWithPath: "/tmp/photo.jpg") }
 var photos: [URL] { [photo] }
+let sharedStoreURL = URL(fileURLWithPath: "/tmp/group.com.example/Outbox")
 var uploads: OperationQueue { OperationQueue() }
 var tonight: Date { Date().addingTimeInterval(12 * 3600) }
 var logger: Logger { Logger() }
