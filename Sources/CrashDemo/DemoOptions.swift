@@ -53,6 +53,12 @@ struct DemoOptions {
                           kills a chat-outbox app whose conversations are ordered lanes,
                           relaunches it, and checks each lane ran one message at a time, in order
           crash-demo lanes-app --store DIR --effects FILE --count N [--lanes L] [--attempt-ms MS] [--expires-ms MS] [--crash-loop-limit K] [--adds-before-restore]
+          crash-demo inbox-producer --store DIR --effects FILE --producer NAME --messages N [--pause-ms MS]
+                          adds N messages through the store's inbox, as an app extension
+                          would, in the lane NAME, going on after the last one acknowledged
+          crash-demo inbox-owner --store DIR --effects FILE [--until-idle]
+                          holds the store and takes the inbox's messages in as they arrive;
+                          runs until killed, or until nothing is pending or waiting
         """
 
     /// Parses `arguments` (without the program name).

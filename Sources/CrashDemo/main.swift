@@ -73,6 +73,10 @@ do {
         try LaneAppCommand(arguments: Array(arguments.dropFirst())).run()
     case "producer":
         try ProducerCommand(arguments: Array(arguments.dropFirst())).run()
+    case "inbox-producer":
+        try InboxProducerCommand(arguments: Array(arguments.dropFirst())).run()
+    case "inbox-owner":
+        try InboxOwnerCommand(arguments: Array(arguments.dropFirst())).run()
     case "durability-probe":
         guard let store = option("--store") else { fail("usage: crash-demo durability-probe --store DIR") }
         try DurabilityProbeCommand(store: URL(fileURLWithPath: store)).run()
