@@ -11,7 +11,9 @@ import Darwin
 extension StoreInspector {
     /// Prints counts per area and per type identifier (no registry needed), the quarantined
     /// entries with their reasons, attempts in flight, the periodic series among the pending
-    /// records, when the next pending record is due (``ReadOnlyPersistentStore/nextDueDate(now:)``:
+    /// records, the adds other processes left in the store's inbox (`PersistentOperationInbox`
+    /// letters waiting for the app's queue, and those it set aside), when the next pending
+    /// record is due (``ReadOnlyPersistentStore/nextDueDate(now:)``:
     /// by the records' dates alone), and which process the lock file names.
     ///
     ///     pending       14   demo.upload 13, demo.refresh 1
@@ -19,6 +21,8 @@ extension StoreInspector {
     ///       periodic     1   demo.refresh 1
     ///     failed         3   demo.upload 3
     ///     quarantined    1
+    ///     inbox          2   waiting for the app's queue
+    ///       rejected     0   -
     ///       0F3A….record: The record file is corrupt (checksum mismatch); it cannot be read.
     ///     next due: now
     func stats() throws {
@@ -32,6 +36,8 @@ extension StoreInspector {
         let (pendingUnreadable, failedUnreadable) = (summary.pendingUnreadable, summary.failedUnreadable)
         let quarantined = try reader.quarantinedEntries()
         let holder = reader.lockHolder
+        let inbox = StoreInbox(directory: store)
+        let (lettersWaiting, lettersRejected) = (inbox.letterNames().count, inbox.rejectedLetterNames())
         let unreadable = Self.json(pendingUnreadable, area: "pending") + Self.json(failedUnreadable, area: "failed")
         if json {
             print(JSONValue.object([
@@ -49,6 +55,8 @@ extension StoreInspector {
                 ("lockFileProcessIsRunning", holder.map { .bool($0.isRunning) } ?? .null),
                 ("periodic", .integer(Int64(counts.periodic))),
                 ("periodicByType", Self.countsByType(counts.periodicByType)),
+                ("inboxWaiting", .integer(Int64(lettersWaiting))),
+                ("inboxRejected", .array(lettersRejected.map { .string($0) })),
                 ("nextDueDate", RecordPresentation.json(nextDue)),
             ]).rendered(pretty: true))
             return
@@ -61,6 +69,8 @@ extension StoreInspector {
         table.append(["failed", "\(counts.failed)", Self.byTypeText(counts.failedByType)])
         table.append(["quarantined", "\(quarantined.count)", "-"])
         table.append(["unreadable", "\(unreadable.count)", "-"])
+        table.append(["inbox", "\(lettersWaiting)", "waiting for the app's queue"])
+        table.append(["  rejected", "\(lettersRejected.count)", lettersRejected.isEmpty ? "-" : lettersRejected.map { $0 + ".rejected" }.joined(separator: ", ")])
         print(table.rendered())
         if !quarantined.isEmpty {
             print("quarantined entries:")

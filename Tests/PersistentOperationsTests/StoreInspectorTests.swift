@@ -143,6 +143,30 @@ struct StoreInspectorTests {
         #expect(try sample.snapshot() == before)
     }
 
+    @Test func statsCountTheAddsWaitingInTheInboxAndThoseSetAside() async throws {
+        // Given a store whose inbox holds two adds from an extension and a letter set aside
+        let sample = try SampleStore()
+        let inbox = PersistentOperationInbox(directory: URL(fileURLWithPath: sample.path), producer: "share-extension")
+        for name in ["a", "b"] {
+            try inbox.addOperation(PlainNote(payload: UploadPayload(name: name, journal: UUID().uuidString)))
+        }
+        let storeInbox = StoreInbox(directory: URL(fileURLWithPath: sample.path))
+        try Data("not a letter".utf8).write(to: URL(fileURLWithPath: storeInbox.path + "/0000000000000001-BAD.rejected"))
+
+        // When stats run, in JSON and as a table
+        let stats = try await Self.inspect("stats", sample.path, "--json")
+        let table = try await Self.inspect("stats", sample.path)
+
+        // Then both say how many wait for the app's queue, and name the one set aside
+        #expect(stats.status == 0 && table.status == 0, "\(stats.error)")
+        #expect(try stats.json()["inboxWaiting"] as? Int == 2)
+        #expect(try stats.json()["inboxRejected"] as? [String] == ["0000000000000001-BAD"])
+        #expect(table.output.contains("inbox") && table.output.contains("waiting for the app's queue"))
+        #expect(table.output.contains("0000000000000001-BAD.rejected"))
+        // And nothing was taken in
+        #expect(inbox.waitingCount == 2)
+    }
+
     @Test func aStoreReachedThroughASymbolicLinkIsInspectedAsTheDirectoryItNames() async throws {
         let sample = try SampleStore()
         let link = sample.directory.url.appendingPathComponent("link").path
