@@ -43,13 +43,7 @@ extension PersistentOperationQueue {
     public func progress(for scope: ProgressScope) -> Progress {
         state.withLock { state in
             if let group = state.progressGroups.groups[scope] { return group.progress }
-            var pending = 0
-            switch scope {
-            case .all:
-                pending = state.entries.count
-            case .tag, .lane:
-                for entry in state.entries.values where scope.contains(entry.record) { pending += 1 }
-            }
+            let pending = scope == .all ? state.entries.count : state.entries.count(where: scope.contains(tags:lane:))
             let progress = Progress.discreteProgress(totalUnitCount: Int64(pending) * ProgressGroups.unitsPerOperation)
             state.progressGroups.groups[scope] = ProgressGroups.Group(progress: progress, pending: pending)
             return progress

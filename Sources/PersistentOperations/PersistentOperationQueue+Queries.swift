@@ -76,7 +76,7 @@ extension PersistentOperationQueue {
     /// badge.value = queue.numberOfOperations(taggedWith: "chat:42")
     /// ```
     public func numberOfOperations(taggedWith tag: String) -> Int {
-        state.withLock { state in state.entries.values.reduce(0) { $0 + ($1.record.tags.contains(tag) ? 1 : 0) } }
+        state.withLock { state in state.entries.count { tags, _ in tags.contains(tag) } }
     }
 
     /// How many unfinished operations `lane` holds (its current one included), without

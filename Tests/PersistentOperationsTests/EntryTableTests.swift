@@ -138,4 +138,34 @@ struct EntryTableTests {
         #expect(table.count == records.count && table.compactCount == records.count)
         for record in records { #expect(table[record.id]?.record.id == record.id) }
     }
+
+    @Test func countingByTagsAndLaneReadsCompactAndWholeEntriesAlike() throws {
+        // Given entries with and without tags and lanes, some held whole (crash evidence),
+        // the others compact
+        var table = PersistentOperationQueue.EntryTable()
+        var records: [OperationRecord] = []
+        for index in 0..<300 {
+            var record = try makeRecord(index: index)
+            record.id = RecordIdentifier.make()
+            record.payload = Data()
+            record.tags = index.isMultiple(of: 3) ? ["photos", "album:\(index % 2)"] : []
+            record.lane = index.isMultiple(of: 5) ? "chat" : nil
+            var entry = PersistentOperationQueue.Entry(record: record, operation: nil, attemptsInFlight: 0)
+            entry.kills = index.isMultiple(of: 4) ? 1 : 0
+            table[record.id] = entry
+            records.append(record)
+        }
+        #expect(table.compactCount > 0 && table.compactCount < table.count)
+
+        // When they are counted by tag and by lane, in place
+        let photos = table.count { tags, _ in tags.contains("photos") }
+        let album = table.count { tags, _ in tags.contains("album:1") }
+        let chat = table.count { _, lane in lane == "chat" }
+
+        // Then the counts are those of the records, whichever way each entry is held
+        #expect(photos == records.filter { $0.tags.contains("photos") }.count && photos == 100)
+        #expect(album == records.filter { $0.tags.contains("album:1") }.count && album == 50)
+        #expect(chat == records.filter { $0.lane == "chat" }.count && chat == 60)
+        #expect(table.count { _, _ in true } == 300)
+    }
 }

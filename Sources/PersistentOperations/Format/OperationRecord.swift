@@ -637,6 +637,11 @@ extension OperationRecord {
             self.formatVersion = version
         }
 
+        /// The record's tags, read in place (see ``OperationRecord/tags``).
+        package var tags: [String] { extras?.tags ?? [] }
+        /// The record's lane, read in place (see ``OperationRecord/lane``).
+        package var lane: String? { extras?.lane }
+
         /// The record again, with the identifier `id` and no payload.
         package func record(id: String) -> OperationRecord {
             // Field by field, not through the record's initializer, which sets every rare

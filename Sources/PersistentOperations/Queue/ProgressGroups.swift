@@ -33,10 +33,15 @@ extension PersistentOperationQueue {
 
         /// Whether an operation stored as `record` belongs to the scope.
         func contains(_ record: OperationRecord) -> Bool {
+            contains(tags: record.tags, lane: record.lane)
+        }
+
+        /// Whether an operation stored with `tags` in `lane` belongs to the scope.
+        func contains(tags: [String], lane: String?) -> Bool {
             switch self {
             case .all: return true
-            case .tag(let tag): return record.tags.contains(tag)
-            case .lane(let lane): return record.lane == lane
+            case .tag(let tag): return tags.contains(tag)
+            case .lane(let scopeLane): return lane == scopeLane
             }
         }
     }
