@@ -8,6 +8,9 @@ import Foundation
 /// add leaves a *letter* in `<directory>/inbox`: the operations' payloads, encoded as the queue
 /// stores them, written to a temporary file, flushed, renamed into place and the directory
 /// flushed — as durable when the add returns as ``PersistentOperationQueue/addOperation(_:)``.
+/// An add cut short (the process killed while it writes) leaves no letter, only a temporary
+/// file that the queue removes once it is an hour old. The producer must run as the user that
+/// owns the store (its directories are private to that user, mode 0700).
 /// The queue that holds the store takes letters in when ``PersistentOperationQueue/restore()``
 /// runs, and, while it runs, as each one arrives (it watches the directory: no polling).
 ///

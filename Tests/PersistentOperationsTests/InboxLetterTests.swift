@@ -241,6 +241,29 @@ struct InboxLetterTests {
         #expect(fixture.lines == ["kept ran"])
     }
 
+    @Test func restoreRemovesTheTemporaryFilesOfWritesThatNeverFinishedOnceTheyAreAnHourOld() throws {
+        // Given an inbox where a producer killed while writing left a temporary file two hours
+        // ago, and another producer is writing one now
+        let directory = try TemporaryDirectory()
+        let journal = UUID().uuidString
+        let inbox = PersistentOperationInbox(directory: directory.store)
+        try inbox.addOperation(PlainNote(payload: UploadPayload(name: "kept", journal: journal)))
+        let storeInbox = StoreInbox(directory: directory.store)
+        let stale = storeInbox.path + "/.0000000000000001-DEAD.letter.999-1.tmp"
+        let fresh = storeInbox.path + "/.0000000000000002-LIVE.letter.998-1.tmp"
+        for file in [stale, fresh] { try Data("half a letter".utf8).write(to: URL(fileURLWithPath: file)) }
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-7_200)], ofItemAtPath: stale)
+
+        // When the app restores
+        let fixture = try QueueFixture(directory: directory, journal: journal)
+        _ = try fixture.queue.restore()
+
+        // Then the old one is gone, the young one stays, and the letter was taken in
+        #expect(!FileManager.default.fileExists(atPath: stale))
+        #expect(FileManager.default.fileExists(atPath: fresh))
+        #expect(inbox.waitingCount == 0)
+    }
+
     @Test func aQueueConfiguredNotToTakeOperationsLeavesThemWaiting() async throws {
         let directory = try TemporaryDirectory()
         let journal = UUID().uuidString

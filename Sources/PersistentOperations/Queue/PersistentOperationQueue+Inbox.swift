@@ -150,7 +150,11 @@ extension PersistentOperationQueue {
     func takeLettersBeforeRestore() {
         guard configuration.takesOperationsFromOtherProcesses else { return }
         let storeInbox = StoreInbox(directory: directory, fileSystem: configuration.fileSystem)
-        inboxQueue.sync { takeLetters(from: storeInbox) }
+        inboxQueue.sync {
+            takeLetters(from: storeInbox)
+            // What producers killed while writing left, once no write can be under way.
+            storeInbox.removeTemporaryFiles(olderThan: 3_600)
+        }
     }
 
     /// What becomes of a letter.

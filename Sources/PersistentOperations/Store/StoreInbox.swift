@@ -186,6 +186,20 @@ package struct StoreInbox: Sendable {
         }
     }
 
+    /// Removes the temporary files of writes that never finished (a producer killed while it
+    /// wrote a letter or a request) once they are `age` seconds old: a younger one may be a
+    /// write under way.
+    package func removeTemporaryFiles(olderThan age: TimeInterval, now: Date = Date()) {
+        guard let names = try? fileSystem.contentsOfDirectory(path) else { return }
+        for name in names where StoreLayout.isTemporaryFileName(name) {
+            let file = path + "/" + name
+            if let written = (try? FileManager.default.attributesOfItem(atPath: file))?[.modificationDate] as? Date,
+               now.timeIntervalSince(written) > age {
+                try? fileSystem.unlink(file)
+            }
+        }
+    }
+
     private func read<Value: Decodable>(_ type: Value.Type, _ file: String) throws -> Value {
         let result = try DurableFile(fileSystem: fileSystem).read(path + "/" + file, maximumSize: Self.maximumFileSize)
         guard case .contents(let bytes) = result else {
