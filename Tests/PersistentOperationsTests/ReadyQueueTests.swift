@@ -33,6 +33,16 @@ struct ReadyQueueTests {
         #expect(ready.isEmpty && ready.popFirst() == nil)
     }
 
+    @Test func aSlotTakes40BytesAndKeepsItsOrderAPriorityBeyond8BitsHeldAsTheNearestThatFits() {
+        #expect(MemoryLayout<ReadySlot>.stride == 40)
+        let order = RunOrder(priority: -8, enqueueSequence: UInt64.max - 1)
+        #expect(ReadySlot(id: RecordIdentifier.make(), order: order).order == order)
+        let high = ReadySlot(id: RecordIdentifier.make(), order: RunOrder(priority: 1_000, enqueueSequence: 2))
+        let low = ReadySlot(id: RecordIdentifier.make(), order: RunOrder(priority: -1_000, enqueueSequence: 1))
+        #expect(high.order.priority == 127 && low.order.priority == -128)
+        #expect(ReadySlot.runsBefore(high, low) && !ReadySlot.runsBefore(low, high))
+    }
+
     @Test func aLongRunIsGivenBackAsItIsReadAndASecondRunMergesWithTheRestOfTheFirst() {
         // Given a run longer than the threshold at which its storage is given back
         let length = PersistentOperationQueue.ReadyQueue.runShrinkThreshold * 3

@@ -245,13 +245,18 @@ extension PersistentOperationQueue {
         }
     }
 
-    /// A due operation waiting for room in the `OperationQueue`.
+    /// A due operation waiting for room in the `OperationQueue`: 40 bytes (a heap of a million
+    /// due takes 40 MB).
     struct ReadySlot: Sendable {
-        /// The entry's identifier, held without an allocation (a heap of a million due).
+        /// The entry's identifier, held without an allocation.
         var key: RecordKey
-        var order: RunOrder
+        /// The operation's priority, in 8 bits (an `Operation.QueuePriority` takes -8 to 8; a
+        /// stored value beyond is held as the nearest that fits): placed here, it takes the
+        /// room the key leaves before the next 8-byte field.
+        private var priority: Int8
         /// Its group's turn, with fair sharing (see `+FairShare`); 0 without.
         var round: UInt64 = 0
+        private var enqueueSequence: UInt64
 
         init(id: String, order: RunOrder) {
             self.init(key: RecordKey(id), order: order)
@@ -259,17 +264,21 @@ extension PersistentOperationQueue {
 
         init(key: RecordKey, order: RunOrder) {
             self.key = key
-            self.order = order
+            self.priority = Int8(clamping: order.priority)
+            self.enqueueSequence = order.enqueueSequence
         }
+
+        /// Where it runs: priority first, then the enqueue order.
+        var order: RunOrder { RunOrder(priority: Int(priority), enqueueSequence: enqueueSequence) }
 
         /// The entry's identifier.
         var id: String { key.string }
 
         /// Priority first, then the turn, then the enqueue order.
         static func runsBefore(_ lhs: ReadySlot, _ rhs: ReadySlot) -> Bool {
-            if lhs.order.priority != rhs.order.priority { return lhs.order.priority > rhs.order.priority }
+            if lhs.priority != rhs.priority { return lhs.priority > rhs.priority }
             if lhs.round != rhs.round { return lhs.round < rhs.round }
-            return lhs.order.enqueueSequence < rhs.order.enqueueSequence
+            return lhs.enqueueSequence < rhs.enqueueSequence
         }
     }
 }
