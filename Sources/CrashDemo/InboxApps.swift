@@ -19,9 +19,10 @@ import Darwin
 /// Each launch goes on after the last message its effects file acknowledges: for each message
 /// `m` up to `N` it draws a nonce, adds one ``InboxMessage`` with `EnqueueOptions(lane: NAME)`
 /// and no idempotency key, then acknowledges it, and waits a random 0 to `MS` ms (default 0)
-/// before the next, so that its adds spread over the owner's launches. A message whose add returned but whose
-/// acknowledgement a kill lost is sent again by the next launch with a new nonce: two adds,
-/// two nonces for one `m` (the producer re-sends; the inbox must not duplicate either add).
+/// before the next, so that its adds spread over the owner's launches. A message whose add
+/// returned but whose acknowledgement a kill lost is sent again by the next launch with a new
+/// nonce: two adds, two nonces for one `m` (the producer re-sends; the inbox must not
+/// duplicate either add).
 /// Effects lines (one file per producer, each line appended and synced before it goes on):
 ///
 /// - `launch pid=<pid>`

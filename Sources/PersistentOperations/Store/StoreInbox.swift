@@ -176,22 +176,21 @@ package struct StoreInbox: Sendable {
     /// Removes responses written more than `age` seconds ago (by their modification date) that
     /// no one collected.
     package func removeResponses(olderThan age: TimeInterval, now: Date = Date()) {
-        guard let names = try? fileSystem.contentsOfDirectory(path) else { return }
-        for name in names where name.hasSuffix(Self.responseExtension) {
-            let file = path + "/" + name
-            if let written = (try? FileManager.default.attributesOfItem(atPath: file))?[.modificationDate] as? Date,
-               now.timeIntervalSince(written) > age {
-                try? fileSystem.unlink(file)
-            }
-        }
+        removeFiles(olderThan: age, now: now) { $0.hasSuffix(Self.responseExtension) }
     }
 
     /// Removes the temporary files of writes that never finished (a producer killed while it
     /// wrote a letter or a request) once they are `age` seconds old: a younger one may be a
     /// write under way.
     package func removeTemporaryFiles(olderThan age: TimeInterval, now: Date = Date()) {
+        removeFiles(olderThan: age, now: now, named: StoreLayout.isTemporaryFileName)
+    }
+
+    /// Removes the files of the inbox that `isIncluded` names, modified more than `age`
+    /// seconds before `now`.
+    private func removeFiles(olderThan age: TimeInterval, now: Date, named isIncluded: (String) -> Bool) {
         guard let names = try? fileSystem.contentsOfDirectory(path) else { return }
-        for name in names where StoreLayout.isTemporaryFileName(name) {
+        for name in names where isIncluded(name) {
             let file = path + "/" + name
             if let written = (try? FileManager.default.attributesOfItem(atPath: file))?[.modificationDate] as? Date,
                now.timeIntervalSince(written) > age {
