@@ -105,9 +105,7 @@ public struct PersistentOperationInbox: Sendable {
                 "An inbox takes the options of addOperations(_:options:): no unique key and no repeat schedule. Add such operations from the process that holds the store."
             )
         }
-        if let key = options.idempotencyKey, key.isEmpty || key.utf8.count > PersistentOperationQueue.maximumIdempotencyKeyLength {
-            throw PersistenceError(.invalidOptions, "EnqueueOptions.idempotencyKey must be 1 to \(PersistentOperationQueue.maximumIdempotencyKeyLength) bytes of UTF-8. Nothing was left.")
-        }
+        if let key = options.idempotencyKey { try PersistentOperationQueue.checkIdempotencyKey(key) }
         guard !operations.isEmpty else { return }
         let positions = Dictionary(operations.enumerated().map { (ObjectIdentifier($1), $0) }, uniquingKeysWith: { first, _ in first })
         guard positions.count == operations.count else {

@@ -14,6 +14,16 @@ extension PersistentOperationQueue {
     /// The longest idempotency key, in bytes of UTF-8.
     static let maximumIdempotencyKeyLength = 1024
 
+    /// Throws ``PersistenceError/Code/invalidOptions`` for an idempotency key that is empty or
+    /// longer than ``maximumIdempotencyKeyLength`` bytes.
+    static func checkIdempotencyKey(_ key: String) throws {
+        guard key.isEmpty || key.utf8.count > maximumIdempotencyKeyLength else { return }
+        throw PersistenceError(
+            .invalidOptions,
+            "EnqueueOptions.idempotencyKey must be 1 to \(maximumIdempotencyKeyLength) bytes of UTF-8; this one has \(key.utf8.count). Nothing was stored."
+        )
+    }
+
     /// Runs `add` with `key` reserved, unless the store knows the key: then returns what
     /// `existing` makes of the records that hold or held it (by enqueue sequence), and stores
     /// nothing. Without a key, runs `add`.
@@ -22,12 +32,7 @@ extension PersistentOperationQueue {
     ///   store of the earlier layout), and what `add` throws.
     func withIdempotencyKey<T>(_ key: String?, existing: ([String]) -> T, add: () throws -> T) throws -> T {
         guard let key else { return try add() }
-        guard !key.isEmpty, key.utf8.count <= Self.maximumIdempotencyKeyLength else {
-            throw PersistenceError(
-                .invalidOptions,
-                "EnqueueOptions.idempotencyKey must be 1 to \(Self.maximumIdempotencyKeyLength) bytes of UTF-8; this one has \(key.utf8.count). Nothing was stored."
-            )
-        }
+        try Self.checkIdempotencyKey(key)
         idempotencyKeysBeingAdded.reserve(key)
         defer { idempotencyKeysBeingAdded.release(key) }
         let ids = try store.records(withIdempotencyKey: key)

@@ -98,9 +98,6 @@ extension StoreInbox {
     static let letterExtension = ".letter"
     static let rejectedExtension = ".rejected"
 
-    /// The last letter time this process named, so that its letters' names increase.
-    private static let lastLetterTime = Locked<UInt64>(0)
-
     /// Leaves `letter` for the queue, durably (written, flushed, renamed into place, the
     /// directory flushed), creating the store directory and its inbox when missing; returns
     /// its name.
@@ -126,27 +123,12 @@ extension StoreInbox {
         }
         try StoreLayout(directory: URL(fileURLWithPath: (path as NSString).deletingLastPathComponent)).createDirectories(fileSystem: fileSystem, areas: [])
         try create()
-        let now = UInt64(max(0, Date().timeIntervalSince1970 * 1_000_000))
-        let time = Self.lastLetterTime.withLock { last -> UInt64 in
-            last = max(last + 1, now)
-            return last
-        }
-        let name = String(format: "%016llx", time) + "-" + UUID().uuidString.prefix(8)
-        do {
-            try DurableFile(fileSystem: fileSystem).replaceContents(of: path + "/" + name + Self.letterExtension, with: bytes)
-            try fileSystem.synchronizeDirectory(path)
-        } catch {
-            throw PersistenceError(.writeFailed, "Cannot leave the operations in the store's inbox.", fileURL: URL(fileURLWithPath: path), underlyingError: error)
-        }
-        return name
+        return try leave(bytes, withExtension: Self.letterExtension, what: "the operations")
     }
 
     /// The names of the letters waiting, oldest first.
     package func letterNames() -> [String] {
-        guard let names = try? fileSystem.contentsOfDirectory(path) else { return [] }
-        return names.filter { $0.hasSuffix(Self.letterExtension) && !$0.hasPrefix(".") }.sorted().map {
-            String($0.dropLast(Self.letterExtension.count))
-        }
+        names(withExtension: Self.letterExtension)
     }
 
     /// Letter `name`, read.
@@ -196,9 +178,6 @@ extension StoreInbox {
 
     /// The names of the letters set aside as rejected, oldest first.
     package func rejectedLetterNames() -> [String] {
-        guard let names = try? fileSystem.contentsOfDirectory(path) else { return [] }
-        return names.filter { $0.hasSuffix(Self.rejectedExtension) && !$0.hasPrefix(".") }.sorted().map {
-            String($0.dropLast(Self.rejectedExtension.count))
-        }
+        names(withExtension: Self.rejectedExtension)
     }
 }

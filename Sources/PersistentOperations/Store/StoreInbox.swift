@@ -21,8 +21,8 @@ import Darwin
 // request expects it are reported as such, and change nothing). A requester that finds a
 // response removes it; a response no one collects is removed a day after it was written.
 //
-// Request names start with the time in microseconds (16 hexadecimal digits), so that the
-// names sort in the order the requests were made, then a random part.
+// Request names start with the time in microseconds (16 hexadecimal digits, increasing within
+// a process), so that the names sort in the order the requests were made, then a random part.
 
 /// The inbox of a store: requests another process leaves for the queue that holds the store,
 /// and the queue's responses (see the comment at the top of this file).
@@ -123,23 +123,45 @@ package struct StoreInbox: Sendable {
     /// - Throws: ``PersistenceError/Code/writeFailed`` when it cannot be written.
     package func send(_ request: Request) throws -> String {
         try create()
-        let micros = UInt64(max(0, Date().timeIntervalSince1970 * 1_000_000))
-        let name = String(format: "%016llx", micros) + "-" + UUID().uuidString.prefix(8)
+        return try leave(try JSONEncoder().encode(request), withExtension: Self.requestExtension, what: "a request")
+    }
+
+    /// The last time this process named a file of an inbox, so that its names increase.
+    private static let lastNameTime = Locked<UInt64>(0)
+
+    /// Writes `bytes` durably (written, flushed, renamed into place, the directory flushed)
+    /// as a new file of the inbox with `fileExtension`, and returns its name: the time in
+    /// microseconds (16 hexadecimal digits, increasing within this process), then a random
+    /// part, so that names sort in the order the files were left.
+    ///
+    /// - Throws: ``PersistenceError/Code/writeFailed``, saying it could not leave `what`.
+    func leave(_ bytes: Data, withExtension fileExtension: String, what: String) throws -> String {
+        let now = UInt64(max(0, Date().timeIntervalSince1970 * 1_000_000))
+        let time = Self.lastNameTime.withLock { last -> UInt64 in
+            last = max(last + 1, now)
+            return last
+        }
+        let name = String(format: "%016llx", time) + "-" + UUID().uuidString.prefix(8)
         do {
-            try DurableFile(fileSystem: fileSystem).replaceContents(of: path + "/" + name + Self.requestExtension, with: try JSONEncoder().encode(request))
+            try DurableFile(fileSystem: fileSystem).replaceContents(of: path + "/" + name + fileExtension, with: bytes)
             try fileSystem.synchronizeDirectory(path)
         } catch {
-            throw PersistenceError(.writeFailed, "Cannot leave a request in the store's inbox.", fileURL: URL(fileURLWithPath: path), underlyingError: error)
+            throw PersistenceError(.writeFailed, "Cannot leave \(what) in the store's inbox.", fileURL: URL(fileURLWithPath: path), underlyingError: error)
         }
         return name
     }
 
+    /// The names (without the extension) of the inbox's files with `fileExtension`, oldest
+    /// first; temporary files are not among them.
+    func names(withExtension fileExtension: String) -> [String] {
+        guard let names = try? fileSystem.contentsOfDirectory(path) else { return [] }
+        return names.filter { $0.hasSuffix(fileExtension) && !$0.hasPrefix(".") }.sorted().map { String($0.dropLast(fileExtension.count)) }
+    }
+
     /// The requests waiting, oldest first, each read or with what is wrong with it.
     package func pendingRequests() -> [(name: String, request: Result<Request, PersistenceError>)] {
-        guard let names = try? fileSystem.contentsOfDirectory(path) else { return [] }
-        return names.filter { $0.hasSuffix(Self.requestExtension) && !$0.hasPrefix(".") }.sorted().map { file in
-            let name = String(file.dropLast(Self.requestExtension.count))
-            return (name, Result { try read(Request.self, name + Self.requestExtension) }.mapError { error in
+        names(withExtension: Self.requestExtension).map { name in
+            (name, Result { try read(Request.self, name + Self.requestExtension) }.mapError { error in
                 error as? PersistenceError ?? PersistenceError(.corruptRecord, "The request cannot be read: \(error)")
             })
         }
