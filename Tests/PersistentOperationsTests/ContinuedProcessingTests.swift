@@ -35,15 +35,9 @@ final class BGContinuedProcessingTask: BGTask, @unchecked Sendable {
 
 @Suite("Persistent queue: a run of one group's work, for a continued-processing task", .timeLimit(.minutes(1)))
 struct ContinuedProcessingTests {
+    /// A suspended queue of 2 slots for `ReportingWork`, updating progress every 10 ms.
     static func queue(_ directory: TemporaryDirectory) throws -> PersistentOperationQueue {
-        let operationQueue = OperationQueue()
-        operationQueue.maxConcurrentOperationCount = 2
-        operationQueue.isSuspended = true
-        var configuration = PersistentOperationQueue.Configuration()
-        configuration.progressInterval = 0.01
-        let queue = try PersistentOperationQueue(directory: directory.store, operationQueue: operationQueue, configuration: configuration)
-        queue.register(ReportingWork.self)
-        return queue
+        try QueueProgressTests.queue(directory: directory, maxConcurrent: 2).0
     }
 
     @Test func theReadmesHandlerRunsTheExportAloneFeedsTheTasksProgressAndCompletesIt() async throws {

@@ -292,10 +292,9 @@ package final class RecordStore: Sendable {
         do {
             try lock?.resume()
         } catch let error as PersistenceError {
-            let located = PersistenceError(error.code, error.message, fileURL: URL(fileURLWithPath: layout.lockPath), underlyingError: error.underlyingError)
-            state.withLock { $0.lostLock = located }
-            journal?.refuseChanges(located)
-            throw located
+            state.withLock { $0.lostLock = error }
+            journal?.refuseChanges(error)
+            throw error
         }
     }
 

@@ -20,6 +20,8 @@ package final class StoreLock: Sendable {
     /// does not while suspended).
     private let state: Locked<(descriptor: Int32?, isHeld: Bool)>
     private let fileSystem: FileSystem
+    /// The lock file, for errors.
+    private let url: URL
 
     /// Takes the lock on `path`, creating the file (mode 0600) when needed.
     ///
@@ -54,6 +56,7 @@ package final class StoreLock: Sendable {
         }
         Self.recordHolder(descriptor: descriptor, fileSystem: fileSystem)
         self.fileSystem = fileSystem
+        self.url = url
         self.state = Locked((descriptor, true))
     }
 
@@ -98,7 +101,7 @@ package final class StoreLock: Sendable {
                 throw PersistenceError(
                     .locked,
                     "Another process opened the store\(holder) while this one held no lock (the app was not active); this queue no longer changes the store. Close it, and open the store again once the other process has closed it.",
-                    fileURL: nil, underlyingError: error
+                    fileURL: url, underlyingError: error
                 )
             }
             state.isHeld = true
