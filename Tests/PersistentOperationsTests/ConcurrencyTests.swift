@@ -38,6 +38,18 @@ struct ConcurrencyTests {
         injector.counters.withLock { $0 = FaultInjector.Counters() }
         let threads = 8
         let writesPerThread = 25
+        // (the first directory sync is held until every thread has renamed its first record
+        // into place, so that writers surely arrive while a sync runs, however loaded the
+        // machine; a store that syncs once per write under a lock never lets them, and the
+        // hold gives up after 10 s)
+        let firstSyncHeld = Locked(false)
+        injector.faults.withLock { faults in
+            faults.duringDirectorySync = { [weak injector] in
+                guard let injector, !firstSyncHeld.withLock({ held in defer { held = true }; return held }) else { return }
+                let deadline = Date().addingTimeInterval(10)
+                while injector.counters.withLock({ $0.renamedAt.count }) < threads, Date() < deadline { usleep(1_000) }
+            }
+        }
         let problems = Locked<[String]>([])
         // When 8 threads add records at the same time
         await runOnThreads(threads) { thread in

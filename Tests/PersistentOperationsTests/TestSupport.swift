@@ -98,6 +98,9 @@ final class FaultInjector: Sendable {
         var maximumWriteSize: Int?
         /// Latency added to each directory sync, in microseconds.
         var directorySyncLatency: UInt32 = 0
+        /// Called inside each directory sync, after its start is counted and before it runs:
+        /// a test holds a sync here to make other writers arrive while it runs.
+        var duringDirectorySync: (@Sendable () -> Void)?
     }
 
     struct Counters: Sendable {
@@ -142,6 +145,7 @@ final class FaultInjector: Sendable {
                 counters.events += 1
                 return counters.events
             }
+            faults.duringDirectorySync?()
             if faults.directorySyncLatency > 0 { usleep(faults.directorySyncLatency) }
             try system.synchronizeDirectory(path)
             counters.withLock { counters in
