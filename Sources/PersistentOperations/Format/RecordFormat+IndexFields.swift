@@ -52,7 +52,7 @@ extension RecordFormat {
     package static func indexFields(of file: Data) -> IndexFields? {
         file.withUnsafeBytes { raw -> IndexFields? in
             let bytes = raw.bindMemory(to: UInt8.self)
-            guard bytes.count > headerSize + 8 + 32, bytes.prefix(magic.count).elementsEqual(magic) else { return nil }
+            guard bytes.count > headerSize + 8 + 32, bytes.starts(withBytes: magic) else { return nil }
             let version = Int(read(bytes, 8, 2) ?? 0)
             guard OperationRecord.readableFormatVersions.contains(version) else { return nil }
             let body = UnsafeBufferPointer(rebasing: bytes[headerSize...])
@@ -81,7 +81,7 @@ extension RecordFormat {
     private static func peekingBody<Fields>(of file: Data, checksumVerified: Bool, _ read: (PropertyListPeek, Int) -> Fields?) -> Fields? {
         file.withUnsafeBytes { raw -> Fields? in
             let bytes = raw.bindMemory(to: UInt8.self)
-            guard bytes.count > headerSize + 8 + 32, bytes.prefix(magic.count).elementsEqual(magic) else { return nil }
+            guard bytes.count > headerSize + 8 + 32, bytes.starts(withBytes: magic) else { return nil }
             let version = Int(Self.read(bytes, 8, 2) ?? 0)
             guard OperationRecord.readableFormatVersions.contains(version), Self.read(bytes, 10, 2) == 0,
                   Self.read(bytes, 12, 4) == UInt64(bytes.count - headerSize) else { return nil }
@@ -364,8 +364,11 @@ private struct PropertyListPeek {
         }
     }
 
+    /// The first 8 bytes of a binary property list, `bplist00`.
+    static let binaryPropertyListMagic: [UInt8] = Array("bplist00".utf8)
+
     private func topDictionary() -> TopDictionary? {
-        guard bytes.count >= 8 + 32, bytes.prefix(8).elementsEqual("bplist00".utf8) else { return nil }
+        guard bytes.count >= 8 + 32, bytes.starts(withBytes: PropertyListPeek.binaryPropertyListMagic) else { return nil }
         let trailer = bytes.count - 32
         guard let offsetSize = read(trailer + 6, 1).map(Int.init), let referenceSize = read(trailer + 7, 1).map(Int.init),
               let objectCount = read(trailer + 8, 8), let top = read(trailer + 16, 8), let table = read(trailer + 24, 8),
@@ -417,8 +420,10 @@ private struct PropertyListPeek {
         /// The key the ASCII `bytes` spell: compared as bytes, by length first, with no
         /// `String` made (a peek reads about ten keys a record).
         init(_ bytes: UnsafeBufferPointer<UInt8>) {
+            // (memcmp: the generic `elementsEqual` compares a byte at a time, and was a tenth
+            // of a restore's peeking)
             func spells(_ name: StaticString) -> Bool {
-                UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount).elementsEqual(bytes)
+                name.utf8CodeUnitCount == bytes.count && memcmp(name.utf8Start, bytes.baseAddress!, bytes.count) == 0
             }
             switch bytes.count {
             case 2: self = spells("id") ? .id : .other
@@ -467,7 +472,7 @@ private struct PropertyListPeek {
         guard let characters = stringBytes(at: offset) else { return nil }
         for name in known {
             var name = name
-            if name.withUTF8({ $0.elementsEqual(characters) }) { return name }
+            if name.withUTF8({ $0.count == characters.count && memcmp($0.baseAddress!, characters.baseAddress!, $0.count) == 0 }) { return name }
         }
         guard characters.allSatisfy({ $0 < 0x80 }) else { return nil }
         let name = String(decoding: characters, as: UTF8.self)
@@ -502,5 +507,13 @@ private struct PropertyListPeek {
         }
         guard let value = signedInteger(at: offset), value >= 0 else { return nil }
         return UInt64(value)
+    }
+}
+
+extension UnsafeBufferPointer<UInt8> {
+    /// Whether the buffer begins with `prefix`, compared with one `memcmp` (the generic
+    /// `elementsEqual` compares a byte at a time, once or twice for every record a peek reads).
+    func starts(withBytes prefix: [UInt8]) -> Bool {
+        prefix.isEmpty || count >= prefix.count && prefix.withUnsafeBufferPointer { memcmp(baseAddress!, $0.baseAddress!, prefix.count) == 0 }
     }
 }
