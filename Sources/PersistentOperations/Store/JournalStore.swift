@@ -367,7 +367,7 @@ package final class JournalStore: Sendable {
         }
         // The others are not pending (or not readable as such): each says why.
         for id in ids where Self.uuid(id).flatMap({ identifiers[$0] }) == nil { readAlone(id) }
-        order.sort { ($0.segment, $0.offset) < ($1.segment, $1.offset) }
+        order.sortByPlace()
         // Neighbours only: a window never reads more than a page between two records.
         readInWindows(order, files: files, maximumGap: 4096) { record, how in
             let id = identifiers[record.id]!
@@ -418,7 +418,7 @@ package final class JournalStore: Sendable {
             }
             return (names.map { state.segments[$0]! }, located)
         }
-        order.sort { ($0.segment, $0.offset) < ($1.segment, $1.offset) }
+        order.sortByPlace()
         var unreadable: [LoadReport.Entry] = []
         // One copy of each type identifier for the plain records.
         var typeIdentifiers: [String] = []
@@ -523,7 +523,7 @@ package final class JournalStore: Sendable {
 
     /// Where a pending record lies, for ``forEachPendingRecord(plain:_:)``: `segment` is the
     /// position of its segment's name in sorted order, -1 when the segment is not open.
-    private struct LocatedRecord {
+    fileprivate struct LocatedRecord {
         // (In this order: 32 bytes.)
         var id: UUID
         var offset: Int64
@@ -666,5 +666,19 @@ package final class JournalStore: Sendable {
     /// The identifier's `UUID`, when it is a library-generated identifier.
     static func uuid(_ id: String) -> UUID? {
         RecordIdentifier.uuid(id)
+    }
+}
+
+extension [JournalStore.LocatedRecord] {
+    /// Sorts the records by segment, then by offset: the order in which reads go forward.
+    mutating func sortByPlace() {
+        // Segment ordinals start at -1 (a segment that is gone) and offsets of a segment stay
+        // far below 2⁴⁰ bytes: a key of 64 bits holds both; anything larger is sorted by
+        // comparison.
+        guard allSatisfy({ $0.offset >= 0 && $0.offset < 1 << 40 && $0.segment < 1 << 23 }) else {
+            sort { ($0.segment, $0.offset) < ($1.segment, $1.offset) }
+            return
+        }
+        sortByKey { UInt64(Int64($0.segment) + 1) << 40 | UInt64($0.offset) }
     }
 }
