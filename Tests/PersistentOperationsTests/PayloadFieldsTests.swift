@@ -92,6 +92,47 @@ struct PayloadFieldsTests {
         #expect(throws: PersistenceError.self) { _ = try store.readPendingPayload(id: "not-an-identifier") }
     }
 
+    @Test func recordsChangedWhilePendingRecordsAreDeliveredAreDeliveredAsTheyAreNow() throws {
+        // Given 40 pending records of 100 KB each: about ten to a read window
+        let directory = try TemporaryDirectory()
+        let store = try JournalStore(directory: directory.store, configuration: .init())
+        defer { store.close() }
+        var records: [OperationRecord] = []
+        for index in 0..<40 {
+            var record = try makeRecord(index: index)
+            record.payload = Data(repeating: UInt8(index), count: 100_000)
+            records.append(record)
+            try store.add(record)
+        }
+        let replacementsBefore = store.state.withLock { $0.index.replacements }
+        // When, as the first is delivered, records of later windows are removed, rewritten and
+        // moved to the failed area, and a new one is added
+        var delivered: [String: OperationRecord] = [:]
+        var rewritten = records[25]
+        rewritten.numberOfRetries = 7
+        let added = try makeRecord(index: 99)
+        _ = try store.forEachPendingRecord { record in
+            if delivered.isEmpty {
+                try store.removePending(id: records[20].id)
+                try store.update(rewritten)
+                _ = try store.moveToFailed(records[30], reason: "test")
+                try store.add(added)
+            }
+            delivered[record.id] = record
+        }
+        // Then the index counted the three changes to records it held, not the add...
+        #expect(store.state.withLock { $0.index.replacements } == replacementsBefore + 3)
+        // ...and each record listed is delivered as it is now: the removed and failed ones
+        // not at all, the rewritten one rewritten, the others as written (the added one was
+        // not listed)
+        var expected = Dictionary(uniqueKeysWithValues: records.map { ($0.id, $0) })
+        expected[records[20].id] = nil
+        expected[records[30].id] = nil
+        expected[rewritten.id] = rewritten
+        #expect(delivered.count == expected.count)
+        for (id, record) in expected { #expect(delivered[id] == record, "\(id)") }
+    }
+
     @Test func manyPayloadsReadTogetherAreThoseReadOneAtATime() throws {
         // Given a journal with records put alone, in batches, rewritten, removed and failed,
         // in two segments (a small segment size)

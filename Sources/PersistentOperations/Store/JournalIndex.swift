@@ -148,6 +148,10 @@ struct JournalIndex: Sendable {
     /// segment are indexed one after another, and its count is looked up once for the run.
     private var unsettledLiveBytes: (segment: JournalSegmentName, delta: Int64)?
     private(set) var pendingCount = 0
+    /// How many times a record the index held was rewritten, moved or removed: while this
+    /// stays the same, every record listed earlier is where it was listed (records added
+    /// since do not count).
+    private(set) var replacements: UInt64 = 0
     private(set) var failedCount = 0
     /// The type identifiers of the records, each once, by ordinal.
     private(set) var typeNames: [String] = []
@@ -210,7 +214,10 @@ struct JournalIndex: Sendable {
             attemptsInFlight: entry.attemptsInFlight, isPeriodic: entry.isPeriodic
         )
         let old = table.updateValue(stored, forKey: id)
-        if let old { account(Entry(old, segmentNames: segmentNames), sign: -1, id: id) }
+        if let old {
+            replacements &+= 1
+            account(Entry(old, segmentNames: segmentNames), sign: -1, id: id)
+        }
         account(entry, sign: 1, id: id)
     }
 
@@ -257,6 +264,7 @@ struct JournalIndex: Sendable {
     @discardableResult
     mutating func remove(_ id: UUID) -> Entry? {
         guard let stored = table.removeValue(forKey: id) else { return nil }
+        replacements &+= 1
         let old = Entry(stored, segmentNames: segmentNames)
         account(old, sign: -1, id: id)
         if !idempotencyKeys.isEmpty { forgetIdempotencyKey(of: id) }
