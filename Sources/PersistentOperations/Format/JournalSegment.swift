@@ -109,7 +109,8 @@ package enum JournalSegment {
     ///
     /// The header, the frames, ``JournalSegmentScan/corruptRegions``,
     /// ``JournalSegmentScan/tornTail`` and ``JournalSegmentScan/unusedTail`` together cover
-    /// every byte of `segment` exactly once.
+    /// every byte of `segment` exactly once. Each frame's body is a slice of `segment` (its
+    /// indices are `segment`'s, and it keeps `segment`'s bytes alive).
     ///
     /// - Parameter maximumFrameSize: frames larger than this are damage. Default:
     ///   ``JournalFrame/defaultMaximumSize``.
@@ -117,12 +118,19 @@ package enum JournalSegment {
     ///   and names a newer format version; the segment is then not scanned.
     package static func scan(_ segment: Data, maximumFrameSize: Int = JournalFrame.defaultMaximumSize) throws -> JournalSegmentScan {
         precondition(maximumFrameSize > JournalFrame.headerSize, "maximumFrameSize must exceed the frame header size")
+        // Each frame's body is a slice of `segment`, not a copy: opening a journal of a million
+        // records made a million copies, as many allocations and every byte copied once more.
         return try segment.withUnsafeBytes { raw in
-            try scan(raw.bindMemory(to: UInt8.self), maximumFrameSize: maximumFrameSize)
+            try scan(raw.bindMemory(to: UInt8.self), maximumFrameSize: maximumFrameSize) { range in
+                segment[(segment.startIndex + range.lowerBound)..<(segment.startIndex + range.upperBound)]
+            }
         }
     }
 
-    private static func scan(_ bytes: UnsafeBufferPointer<UInt8>, maximumFrameSize: Int) throws -> JournalSegmentScan {
+    /// `body`: the bytes of a frame body at a range of `bytes`.
+    private static func scan(
+        _ bytes: UnsafeBufferPointer<UInt8>, maximumFrameSize: Int, body: (Range<Int>) -> Data
+    ) throws -> JournalSegmentScan {
         var scan = JournalSegmentScan()
         /// The start of the damaged region being passed over, and why it is damaged.
         var damage: (offset: Int, reason: String)?
@@ -144,8 +152,7 @@ package enum JournalSegment {
                     damage = nil
                 }
                 salt = frame.salt
-                let body = Data(UnsafeBufferPointer(rebasing: bytes[frame.body]))
-                scan.frames.append(.init(frame: JournalFrame(kind: frame.kind, body: body), offset: offset))
+                scan.frames.append(.init(frame: JournalFrame(kind: frame.kind, body: body(frame.body)), offset: offset))
                 offset = frame.end
             case .failure(let rejection):
                 if damage == nil { damage = (offset, rejection.description) }
