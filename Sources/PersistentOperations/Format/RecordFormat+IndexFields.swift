@@ -50,13 +50,21 @@ extension RecordFormat {
     /// The index fields of the record file `file`, read without verifying the rest of it, or
     /// nil when they cannot be read that way (see the comment above).
     package static func indexFields(of file: Data) -> IndexFields? {
+        var typeIdentifiers: [String] = []
+        return indexFields(of: file, typeIdentifiers: &typeIdentifiers)
+    }
+
+    /// The index fields of the record file `file`, as ``indexFields(of:)`` reads them, with the
+    /// type identifier among `typeIdentifiers` (the same `String` is used; a new one is added,
+    /// up to 64): a million records of a few types make no million strings.
+    package static func indexFields(of file: Data, typeIdentifiers: inout [String]) -> IndexFields? {
         file.withUnsafeBytes { raw -> IndexFields? in
             let bytes = raw.bindMemory(to: UInt8.self)
             guard bytes.count > headerSize + 8 + 32, bytes.starts(withBytes: magic) else { return nil }
             let version = Int(read(bytes, 8, 2) ?? 0)
             guard OperationRecord.readableFormatVersions.contains(version) else { return nil }
             let body = UnsafeBufferPointer(rebasing: bytes[headerSize...])
-            return PropertyListPeek(body).indexFields(version: version)
+            return PropertyListPeek(body).indexFields(version: version, typeIdentifiers: &typeIdentifiers)
         }
     }
 
@@ -183,7 +191,7 @@ private struct PropertyListPeek {
         self.bytes = bytes
     }
 
-    func indexFields(version: Int) -> RecordFormat.IndexFields? {
+    func indexFields(version: Int, typeIdentifiers: inout [String]) -> RecordFormat.IndexFields? {
         guard let top = topDictionary() else { return nil }
         var id: UUID?
         var sequence: UInt64?
@@ -210,7 +218,7 @@ private struct PropertyListPeek {
                 formatVersion = Int(exactly: value)
             case .typeIdentifier:
                 // A type identifier that is not ASCII is read by the full decode.
-                typeIdentifier = asciiString(at: valueOffset)
+                typeIdentifier = asciiString(at: valueOffset, interningIn: &typeIdentifiers)
             case .attemptsInFlight:
                 guard let value = signedInteger(at: valueOffset) else { return nil }
                 attemptsInFlight = Int(exactly: value)

@@ -107,10 +107,13 @@ final class JournalSegmentFile: Sendable {
         return data
     }
 
-    /// Reads the whole file from its start: one sequential read.
-    static func readWhole(_ path: String, descriptor: Int32, fileSystem: FileSystem) throws -> Data {
+    /// Reads the whole file from its start: one sequential read, into the bytes `buffer`
+    /// gives for the file's size (by default, new ones).
+    static func readWhole(
+        _ path: String, descriptor: Int32, fileSystem: FileSystem, buffer: (Int) throws -> Data = { Data(count: $0) }
+    ) throws -> Data {
         let size = Int(try fileSystem.status(descriptor).size)
-        var data = Data(count: size)
+        var data = try buffer(size)
         var done = 0
         try data.withUnsafeMutableBytes { buffer in
             while done < size {
@@ -121,4 +124,5 @@ final class JournalSegmentFile: Sendable {
         }
         return data.prefix(done)
     }
+
 }
