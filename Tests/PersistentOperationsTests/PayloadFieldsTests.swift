@@ -133,6 +133,42 @@ struct PayloadFieldsTests {
         for (id, record) in expected { #expect(delivered[id] == record, "\(id)") }
     }
 
+    @Test func pendingRecordsReadAheadArriveInOrderAsPlainFieldsOrRecordsAndADamagedOneIsReported() throws {
+        // Given 30 pending records of 100 KB each (three to four a read window, so that windows
+        // are read ahead on a thread of their own): the even ones plain, the odd ones tagged
+        let directory = try TemporaryDirectory()
+        let store = try JournalStore(directory: directory.store, configuration: .init())
+        defer { store.close() }
+        var records: [OperationRecord] = []
+        for index in 0..<30 {
+            let payload = Data(repeating: UInt8(index), count: 100_000)
+            let record = OperationRecord(
+                typeIdentifier: "com.example.upload", payload: payload, enqueueSequence: UInt64(index + 1),
+                enqueuedAt: Date(timeIntervalSinceReferenceDate: 760_000_000 + Double(index)), tags: index.isMultiple(of: 2) ? [] : ["odd"]
+            )
+            records.append(record)
+            try store.add(record)
+        }
+        // ...and a byte of record 25's payload changed on disk after the open verified it
+        let damaged = records[25]
+        let location = try #require(store.state.withLock { state in RecordIdentifier.uuid(damaged.id).flatMap { state.index.entries[$0]?.location } })
+        let segmentPath = StoreLayout(directory: directory.store).root + "/journal/" + location.segment.fileName
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: segmentPath))
+        try handle.seek(toOffset: UInt64(location.offset) + UInt64(location.length) / 2)
+        try handle.write(contentsOf: Data([0xA5]))
+        try handle.close()
+        // When every pending record is read, plain ones as their fields
+        var plainIDs: [String] = []
+        var read: [OperationRecord] = []
+        let unreadable = try store.forEachPendingRecord(plain: { plainIDs.append($0.id) }, { read.append($0) })
+        // Then the plain ones came as fields (payloads not read), the tagged ones whole, in the
+        // order they lie, and the damaged one is reported as corrupt, not delivered
+        #expect(plainIDs == records.enumerated().filter { $0.offset.isMultiple(of: 2) }.map(\.element.id))
+        #expect(read == records.enumerated().filter { !$0.offset.isMultiple(of: 2) && $0.offset != 25 }.map(\.element))
+        #expect(unreadable.map(\.name) == [damaged.id])
+        #expect(unreadable.first?.code == .corruptRecord)
+    }
+
     @Test func manyPayloadsReadTogetherAreThoseReadOneAtATime() throws {
         // Given a journal with records put alone, in batches, rewritten, removed and failed,
         // in two segments (a small segment size)

@@ -87,11 +87,12 @@ final class JournalSegmentFile: Sendable {
         return JournalSegmentFile(name: name, path: path, salt: salt, descriptor: descriptor, fileSystem: fileSystem)
     }
 
-    /// The `count` bytes at `offset`, in one `pread` (repeated only if it comes back short).
+    /// The `count` bytes at `offset`, in one `pread` (repeated only if it comes back short),
+    /// into the bytes `buffer` gives for `count` (by default, new ones).
     ///
     /// - Throws: ``PersistenceError/Code/readFailed`` when the file ends first or the read fails.
-    func read(count: Int, at offset: Int64) throws -> Data {
-        var data = Data(count: count)
+    func read(count: Int, at offset: Int64, into buffer: ((Int) throws -> Data)? = nil) throws -> Data {
+        var data = try buffer?(count) ?? Data(count: count)
         do {
             try data.withUnsafeMutableBytes { buffer in
                 var done = 0

@@ -82,9 +82,18 @@ extension JournalStore {
         }
         let segments = names.compactMap(JournalSegmentName.init(fileName:)).sorted()
         var lastScan: (name: JournalSegmentName, scan: JournalSegmentScan, size: Int)?
-        // Segments are read, scanned and their records peeked ahead, on another thread, while
-        // this one indexes the segment before (see `SegmentReader`).
-        let reader = SegmentReader(names: segments, journalPath: journalPath, configuration: configuration)
+        // Segments are read, verified and their records peeked on a thread of their own, one
+        // ahead of this one, which indexes them (see `ReadAhead`): opening a million records
+        // takes about half the time on two cores.
+        let pages = MappedPages()
+        defer { pages.close() }
+        let typeIdentifiers = InternedStrings()
+        let reader = ReadAhead(count: segments.count, name: "PersistentOperations.open") { index in
+            let path = journalPath + "/" + segments[index].fileName
+            return try read(segments[index], journalPath: journalPath, configuration: configuration, typeIdentifiers: &typeIdentifiers.strings) { count in
+                try pages.bytes(count, path: path)
+            }
+        }
         defer { reader.finish() }
         for name in segments {
             let read = try reader.next()
@@ -141,7 +150,8 @@ extension JournalStore {
     }
 
     /// Reads one segment: opens it, reads it whole, scans it and peeks the index fields of
-    /// the records its frames hold, touching no state (``SegmentReader`` runs it ahead).
+    /// the records its frames hold, touching no state (an open runs it ahead, see
+    /// ``ReadAhead``).
     fileprivate static func read(
         _ name: JournalSegmentName, journalPath: String, configuration: Configuration, typeIdentifiers: inout [String],
         buffer: (Int) throws -> Data = { Data(count: $0) }
@@ -507,157 +517,4 @@ extension JournalStore {
 
 extension JournalStore {
     typealias Quarantine = JournalQuarantine
-}
-
-extension JournalStore {
-    /// Reads the segments of a journal being opened, in order, one ahead of the
-    /// thread that indexes them: reading a segment, verifying its frames' checksums and
-    /// peeking its records' fields (``JournalStore/read(_:journalPath:configuration:typeIdentifiers:)``) is
-    /// as much work again as indexing them, and needs nothing the index holds.
-    ///
-    /// Opening a million records takes about half the time on two cores. The reader runs
-    /// on a thread of its own (not a Dispatch worker, which a pool of blocked workers could
-    /// keep from starting), with the opening thread's quality of service, and holds at most
-    /// ``depth`` segments it has read. A journal of one segment is read on the opening thread.
-    ///
-    /// The bytes of each segment are read into pages mapped for them, not from the heap (what
-    /// a thread allocates from the heap stays with that thread's heap once freed: 10–20 MB
-    /// more at the peak of a restore of a million records), and the pages of a segment
-    /// indexed are reused for the next one (mapping new ones each time cost as much as the
-    /// time saved).
-    ///
-    /// Thread safety: one thread calls ``next()`` and ``finish()``.
-    fileprivate final class SegmentReader: @unchecked Sendable {
-        // (@unchecked: `buffer`, `cancelled`, `done`, `spareBuffers` and `isFinished` are read
-        // and written under `condition` alone; the rest are constants, or used by one thread.)
-        /// The segments read ahead at most: with 2, a count of a million records (an open and
-        /// no more) took no less time, and 4.5 MB more at its peak.
-        static let depth = 1
-
-        private let names: [JournalSegmentName]
-        private let journalPath: String
-        private let configuration: Configuration
-        private let condition = NSCondition()
-        private var buffer: [Result<ReadSegment, any Error>] = []
-        private var cancelled = false
-        private var done = false
-        /// Mapped pages that held segments already indexed, for the next ones.
-        private var spareBuffers: [UnsafeMutableRawBufferPointer] = []
-        /// Set by ``finish()``: pages given back after it are unmapped.
-        private var isFinished = false
-        /// Where the opening thread is, when the segments are read on it.
-        private var position = 0
-        /// The type identifiers read so far, each one `String` (see
-        /// ``RecordFormat/indexFields(of:typeIdentifiers:)``), when the segments are read on
-        /// the opening thread; the reader's thread keeps its own.
-        private var typeIdentifiers: [String] = []
-        private let isAhead: Bool
-
-        init(names: [JournalSegmentName], journalPath: String, configuration: Configuration) {
-            self.names = names
-            self.journalPath = journalPath
-            self.configuration = configuration
-            isAhead = names.count > 1 && ProcessInfo.processInfo.environment["PO_NOAHEAD"] == nil
-            guard isAhead else { return }
-            let thread = Thread { [self] in readAhead() }
-            thread.name = "PersistentOperations.journal-open"
-            thread.qualityOfService = Thread.current.qualityOfService
-            thread.start()
-        }
-
-        /// The next segment, in order; throws what reading it threw.
-        func next() throws -> ReadSegment {
-            guard isAhead else {
-                defer { position += 1 }
-                return try JournalStore.read(names[position], journalPath: journalPath, configuration: configuration, typeIdentifiers: &typeIdentifiers)
-            }
-            condition.lock()
-            while buffer.isEmpty {
-                precondition(!done, "more segments asked for than there are")
-                condition.wait()
-            }
-            let result = buffer.removeFirst()
-            condition.broadcast()
-            condition.unlock()
-            return try result.get()
-        }
-
-        /// Stops reading ahead and waits until the reader has stopped; the segments it read
-        /// that were not asked for are closed.
-        func finish() {
-            guard isAhead else { return }
-            condition.lock()
-            cancelled = true
-            condition.broadcast()
-            while !done { condition.wait() }
-            let unused = buffer
-            buffer = []
-            isFinished = true
-            let spare = spareBuffers
-            spareBuffers = []
-            condition.unlock()
-            // (Their files close, and their pages come back here, as they are released:
-            // outside the lock.)
-            _ = unused
-            for pages in spare { munmap(pages.baseAddress, pages.count) }
-        }
-
-        /// `count` bytes in mapped pages: spare ones, or new ones.
-        private func mappedBuffer(_ count: Int, path: String) throws -> Data {
-            condition.lock()
-            var pages = spareBuffers.popLast()
-            condition.unlock()
-            if let spare = pages, spare.count < count {
-                munmap(spare.baseAddress, spare.count)
-                pages = nil
-            }
-            if pages == nil {
-                let length = max(count, 64 << 10)
-                guard let start = mmap(nil, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), start != MAP_FAILED else {
-                    throw PersistenceError(
-                        .readFailed, "No memory to read a journal segment into.", fileURL: URL(fileURLWithPath: path),
-                        underlyingError: SystemCallError("mmap", path: path, code: errno)
-                    )
-                }
-                pages = UnsafeMutableRawBufferPointer(start: start, count: length)
-            }
-            let mapped = pages!
-            return Data(bytesNoCopy: mapped.baseAddress!, count: count, deallocator: .custom { [self] _, _ in giveBack(mapped) })
-        }
-
-        /// Keeps the pages of a segment released for the next one, or unmaps them.
-        private func giveBack(_ pages: UnsafeMutableRawBufferPointer) {
-            condition.lock()
-            let keep = !isFinished && spareBuffers.count <= Self.depth
-            if keep { spareBuffers.append(pages) }
-            condition.unlock()
-            if !keep { munmap(pages.baseAddress, pages.count) }
-        }
-
-        private func readAhead() {
-            var typeIdentifiers: [String] = []
-            for name in names {
-                condition.lock()
-                while buffer.count >= Self.depth, !cancelled { condition.wait() }
-                let stop = cancelled
-                condition.unlock()
-                if stop { break }
-                let result = Result {
-                    try JournalStore.read(name, journalPath: journalPath, configuration: configuration, typeIdentifiers: &typeIdentifiers) { count in
-                        try mappedBuffer(count, path: journalPath + "/" + name.fileName)
-                    }
-                }
-                condition.lock()
-                buffer.append(result)
-                condition.broadcast()
-                condition.unlock()
-                // Nothing is read after a segment that could not be: the open stops there.
-                if case .failure = result { break }
-            }
-            condition.lock()
-            done = true
-            condition.broadcast()
-            condition.unlock()
-        }
-    }
 }

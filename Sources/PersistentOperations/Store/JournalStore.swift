@@ -369,9 +369,11 @@ package final class JournalStore: Sendable {
         for id in ids where Self.uuid(id).flatMap({ identifiers[$0] }) == nil { readAlone(id) }
         order.sortByPlace()
         // Neighbours only: a window never reads more than a page between two records.
-        readInWindows(order, files: files, listedAtReplacements: replacements, maximumGap: 4096) { record, how in
+        readInWindows(order, files: files, listedAtReplacements: replacements, maximumGap: 4096, ahead: false) { _, bytes, location, file in
+            (bytes, location, file)
+        } _: { record, how in
             let id = identifiers[record.id]!
-            guard case .bytes(let bytes, let location, let file) = how else {
+            guard case .read((let bytes, let location, let file)) = how else {
                 readAlone(id)
                 return
             }
@@ -420,8 +422,6 @@ package final class JournalStore: Sendable {
         }
         order.sortByPlace()
         var unreadable: [LoadReport.Entry] = []
-        // One copy of each type identifier for the plain records.
-        var typeIdentifiers: [String] = []
         /// `read` returns the record for `body`, or nil when it gave it to `plain`.
         func deliver(_ id: UUID, _ read: () throws -> OperationRecord?) throws {
             do {
@@ -432,27 +432,43 @@ package final class JournalStore: Sendable {
                 unreadable.append(.init(name: id.uuidString, reason: error.message, code: error.code))
             }
         }
-        try readInWindows(order, files: files, listedAtReplacements: replacements) { record, how in
+        // One copy of each type identifier for the plain records.
+        let typeIdentifiers = InternedStrings()
+        let readsPlain = plain != nil
+        let maximumRecordSize = configuration.maximumRecordSize
+        // Each record is read, and peeked or decoded, on the thread that reads ahead; what
+        // needs the caller's state (`plain`, `body`) runs here.
+        try readInWindows(order, files: files, listedAtReplacements: replacements, ahead: true) { [self] record, bytes, location, file -> PendingRecord in
+            // A plain record's frame (its own, or its batch's) was verified whole when the
+            // journal was opened (an entry of the index is made only from a verified frame,
+            // or from one this process wrote): its fields are read without computing a
+            // checksum again, and must name the record listed here. Its payload is
+            // verified when it is read to build the operation, as every record's is.
+            if readsPlain, let body = try? recordBytes(location, in: file, from: bytes, checkingBody: false),
+               let fields = RecordFormat.plainFields(
+                   of: body, maximumSize: maximumRecordSize, checksumVerified: true, typeIdentifiers: &typeIdentifiers.strings
+               ),
+               fields.key.uuid == record.id {
+                return .plain(fields)
+            }
+            do {
+                // Slices, not copies: the decode copies the record's bytes once, for its parser.
+                let verified = try recordBytes(location, in: file, from: bytes)
+                return .record(try RecordFormat.decode(verified, maximumSize: maximumRecordSize, checksumVerified: location.isFrame))
+            } catch {
+                return .failed(error)
+            }
+        } _: { record, how in
             switch how {
-            case .bytes(let bytes, let location, let file):
+            case .read(.plain(let fields)):
                 try deliver(record.id) {
-                    // A plain record's frame (its own, or its batch's) was verified whole when the
-                    // journal was opened (an entry of the index is made only from a verified frame,
-                    // or from one this process wrote): its fields are read without computing a
-                    // checksum again, and must name the record listed here. Its payload is
-                    // verified when it is read to build the operation, as every record's is.
-                    if let plain, let body = try? recordBytes(location, in: file, from: bytes, checkingBody: false),
-                       let fields = RecordFormat.plainFields(
-                           of: body, maximumSize: configuration.maximumRecordSize, checksumVerified: true, typeIdentifiers: &typeIdentifiers
-                       ),
-                       fields.key.uuid == record.id {
-                        try plain(fields)
-                        return nil
-                    }
-                    // Slices, not copies: the decode copies the record's bytes once, for its parser.
-                    let verified = try recordBytes(location, in: file, from: bytes)
-                    return try RecordFormat.decode(verified, maximumSize: configuration.maximumRecordSize, checksumVerified: location.isFrame)
+                    try plain?(fields)
+                    return nil
                 }
+            case .read(.record(let read)):
+                try deliver(record.id) { read }
+            case .read(.failed(let error)):
+                try deliver(record.id) { throw error }
             case .readAlone:
                 try deliver(record.id) { try read(uuid: record.id, in: .pending) }
             case .removed:
@@ -462,14 +478,25 @@ package final class JournalStore: Sendable {
         return unreadable
     }
 
-    /// The most bytes ``readInWindows(_:files:maximumGap:_:)`` reads at once (a record larger
-    /// than this is read alone).
+    /// A pending record as the thread that reads ahead made it ready.
+    private enum PendingRecord {
+        /// Its plain fields (see ``forEachPendingRecord(plain:_:)``).
+        case plain(RecordFormat.PlainFields)
+        /// The record, decoded.
+        case record(OperationRecord)
+        /// Why it could not be decoded.
+        case failed(any Error)
+    }
+
+    /// The most bytes ``readInWindows(_:files:listedAtReplacements:maximumGap:ahead:prepare:_:)``
+    /// reads at once (a record larger than this is read alone).
     static let readWindow = 1 << 20
 
-    /// How ``readInWindows(_:files:maximumGap:_:)`` found a record once its window was read.
-    private enum WindowedRecord {
-        /// Still where it was listed: its bytes, a slice of the window, and where they are.
-        case bytes(Data, JournalIndex.Location, JournalSegmentFile)
+    /// How ``readInWindows(_:files:listedAtReplacements:maximumGap:ahead:prepare:_:)`` found a
+    /// record once its window was read.
+    private enum WindowedRecord<Prepared> {
+        /// Still where it was listed: what `prepare` made of its bytes.
+        case read(Prepared)
         /// Rewritten or compacted since it was listed, or its window could not be read: to
         /// be read alone, where it is now.
         case readAlone
@@ -477,18 +504,18 @@ package final class JournalStore: Sendable {
         case removed
     }
 
-    /// Reads the records of `order` (sorted by segment and offset; a segment is an index into
-    /// `files`, -1 for one that is gone) a window of up to ``readWindow`` bytes at a time, of
-    /// neighbours at most `maximumGap` bytes apart: a few large sequential reads rather than
-    /// one `pread` a record. Once a window is read, each record's place is looked up again
-    /// (bytes once written never change in place), unless no record the index held has been
-    /// replaced since `order` was listed (`listedAtReplacements`, the index's
-    /// ``JournalIndex/replacements`` then: a million lookups are a tenth of a restore), and
-    /// `body` is told how to read it.
-    private func readInWindows(
-        _ order: [LocatedRecord], files: [JournalSegmentFile], listedAtReplacements: UInt64, maximumGap: Int64 = .max,
-        _ body: (LocatedRecord, WindowedRecord) throws -> Void
-    ) rethrows {
+    /// A window of records read, and what `prepare` made of each.
+    private struct PreparedWindow<Prepared> {
+        /// The segment read; nil when the window could not be read.
+        var file: JournalSegmentFile?
+        var prepared: [Prepared]
+    }
+
+    /// The windows of `order` (sorted by segment and offset): runs of neighbours in one
+    /// segment at most `maximumGap` bytes apart and ``readWindow`` bytes long in all (a
+    /// record larger than that is a window of its own).
+    private static func windows(of order: [LocatedRecord], maximumGap: Int64) -> [Range<Int>] {
+        var windows: [Range<Int>] = []
         var first = 0
         while first < order.count {
             let segment = order[first].segment
@@ -499,38 +526,86 @@ package final class JournalStore: Sendable {
                   order[end].offset + Int64(order[end].length) - start <= Int64(Self.readWindow) {
                 end += 1
             }
-            defer { first = end }
-            let window = order[first..<end]
-            guard segment >= 0, let last = window.last,
-                  let bytes = try? files[Int(segment)].read(count: Int(last.offset - start) + Int(last.length), at: start) else {
+            windows.append(first..<end)
+            first = end
+        }
+        return windows
+    }
+
+    /// Reads the records of `order` (sorted by segment and offset; a segment is an index into
+    /// `files`, -1 for one that is gone) a window at a time (see ``windows(of:maximumGap:)``):
+    /// a few large sequential reads rather than one `pread` a record, and `prepare` makes
+    /// what the caller needs of each record's bytes (a slice of the window), where they lie,
+    /// in which file. With `ahead`, windows are read and prepared on a thread of their own
+    /// (``ReadAhead``), one ahead of the calling thread, into mapped pages (``MappedPages``);
+    /// `prepare` must then touch nothing but its arguments.
+    ///
+    /// Then, on the calling thread, each record's place is looked up again (bytes once
+    /// written never change in place), unless no record the index held has been replaced
+    /// since `order` was listed (`listedAtReplacements`, the index's
+    /// ``JournalIndex/replacements`` then: a million lookups are a tenth of a restore), and
+    /// `body` is told how to read it.
+    private func readInWindows<Prepared>(
+        _ order: [LocatedRecord], files: [JournalSegmentFile], listedAtReplacements: UInt64, maximumGap: Int64 = .max, ahead: Bool,
+        prepare: @escaping (LocatedRecord, Data, JournalIndex.Location, JournalSegmentFile) -> Prepared,
+        _ body: (LocatedRecord, WindowedRecord<Prepared>) throws -> Void
+    ) rethrows {
+        let windows = Self.windows(of: order, maximumGap: maximumGap)
+        let pages = ahead ? MappedPages() : nil
+        defer { pages?.close() }
+        let reader = ReadAhead(count: ahead ? windows.count : 0, name: "PersistentOperations.restore") { index in
+            Self.prepareWindow(order[windows[index]], files: files, pages: pages, prepare: prepare)
+        }
+        defer { reader.finish() }
+        for range in windows {
+            let window = order[range]
+            // (Preparing throws nothing: a window that cannot be read has no file.)
+            let read = ahead
+                ? (try? reader.next()) ?? PreparedWindow(file: nil, prepared: [])
+                : Self.prepareWindow(window, files: files, pages: nil, prepare: prepare)
+            guard let file = read.file else {
                 for record in window { try body(record, .readAlone) }
                 continue
             }
-            let file = files[Int(segment)]
             let locations = state.withLock { state in
                 state.index.replacements == listedAtReplacements
                     ? nil : window.map { record in state.index.entries[record.id].flatMap { $0.area == .pending ? $0.location : nil } }
             }
-            guard let locations else {
-                for record in window {
-                    let from = bytes.startIndex + Int(record.offset - start)
-                    try body(record, .bytes(bytes[from..<(from + Int(record.length))], record.location(in: file), file))
+            for (index, record) in window.enumerated() {
+                if let locations {
+                    guard let location = locations[index] else {
+                        try body(record, .removed)
+                        continue
+                    }
+                    guard location.segment == file.name, location.offset == record.offset, location.length == record.length else {
+                        try body(record, .readAlone)
+                        continue
+                    }
                 }
-                continue
-            }
-            for (record, location) in zip(window, locations) {
-                guard let location else {
-                    try body(record, .removed)
-                    continue
-                }
-                guard location.segment == file.name, location.offset == record.offset, location.length == record.length else {
-                    try body(record, .readAlone)
-                    continue
-                }
-                let from = bytes.startIndex + Int(record.offset - start)
-                try body(record, .bytes(bytes[from..<(from + Int(record.length))], location, file))
+                try body(record, .read(read.prepared[index]))
             }
         }
+    }
+
+    /// Reads `window` with one read (into `pages`, when given) and prepares each record.
+    private static func prepareWindow<Prepared>(
+        _ window: ArraySlice<LocatedRecord>, files: [JournalSegmentFile], pages: MappedPages?,
+        prepare: (LocatedRecord, Data, JournalIndex.Location, JournalSegmentFile) -> Prepared
+    ) -> PreparedWindow<Prepared> {
+        guard let first = window.first, let last = window.last, first.segment >= 0 else { return PreparedWindow(file: nil, prepared: []) }
+        let file = files[Int(first.segment)]
+        let start = first.offset
+        let count = Int(last.offset - start) + Int(last.length)
+        guard let bytes = try? file.read(count: count, at: start, into: pages.map { pages in { try pages.bytes($0, path: file.path) } }) else {
+            return PreparedWindow(file: nil, prepared: [])
+        }
+        var prepared: [Prepared] = []
+        prepared.reserveCapacity(window.count)
+        for record in window {
+            let from = bytes.startIndex + Int(record.offset - start)
+            prepared.append(prepare(record, bytes[from..<(from + Int(record.length))], record.location(in: file), file))
+        }
+        return PreparedWindow(file: file, prepared: prepared)
     }
 
     /// Where a pending record lies, for ``forEachPendingRecord(plain:_:)``: `segment` is the
