@@ -134,8 +134,8 @@ struct PayloadFieldsTests {
     }
 
     @Test func pendingRecordsReadAheadArriveInOrderAsPlainFieldsOrRecordsAndADamagedOneIsReported() throws {
-        // Given 30 pending records of 100 KB each (three to four a read window, so that windows
-        // are read ahead on a thread of their own): the even ones plain, the odd ones tagged
+        // Given 30 pending records of 100 KB each (about ten to a read window: three windows,
+        // read ahead on a thread of their own): the even ones plain, the odd ones tagged
         let directory = try TemporaryDirectory()
         let store = try JournalStore(directory: directory.store, configuration: .init())
         defer { store.close() }
