@@ -109,10 +109,8 @@ final class JournalSegmentFile: Sendable {
     }
 
     /// Reads the whole file from its start: one sequential read, into the bytes `buffer`
-    /// gives for the file's size (by default, new ones).
-    static func readWhole(
-        _ path: String, descriptor: Int32, fileSystem: FileSystem, buffer: (Int) throws -> Data = { Data(count: $0) }
-    ) throws -> Data {
+    /// gives for the file's size.
+    static func readWhole(_ path: String, descriptor: Int32, fileSystem: FileSystem, buffer: (Int) throws -> Data) throws -> Data {
         let size = Int(try fileSystem.status(descriptor).size)
         var data = try buffer(size)
         var done = 0
@@ -125,5 +123,4 @@ final class JournalSegmentFile: Sendable {
         }
         return data.prefix(done)
     }
-
 }

@@ -154,7 +154,7 @@ extension JournalStore {
     /// ``ReadAhead``).
     fileprivate static func read(
         _ name: JournalSegmentName, journalPath: String, configuration: Configuration, typeIdentifiers: inout [String],
-        buffer: (Int) throws -> Data = { Data(count: $0) }
+        buffer: (Int) throws -> Data
     ) throws -> ReadSegment {
         let fileSystem = configuration.fileSystem
         let path = journalPath + "/" + name.fileName

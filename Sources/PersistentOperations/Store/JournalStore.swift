@@ -553,16 +553,14 @@ package final class JournalStore: Sendable {
         let windows = Self.windows(of: order, maximumGap: maximumGap)
         let pages = ahead ? MappedPages() : nil
         defer { pages?.close() }
-        let reader = ReadAhead(count: ahead ? windows.count : 0, name: "PersistentOperations.restore") { index in
+        let reader = ReadAhead(count: windows.count, name: "PersistentOperations.restore", readsAhead: ahead) { index in
             Self.prepareWindow(order[windows[index]], files: files, pages: pages, prepare: prepare)
         }
         defer { reader.finish() }
         for range in windows {
             let window = order[range]
             // (Preparing throws nothing: a window that cannot be read has no file.)
-            let read = ahead
-                ? (try? reader.next()) ?? PreparedWindow(file: nil, prepared: [])
-                : Self.prepareWindow(window, files: files, pages: nil, prepare: prepare)
+            let read = (try? reader.next()) ?? PreparedWindow(file: nil, prepared: [])
             guard let file = read.file else {
                 for record in window { try body(record, .readAlone) }
                 continue

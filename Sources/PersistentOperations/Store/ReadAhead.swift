@@ -21,8 +21,8 @@ import Darwin
 /// thread that takes them with ``next()``.
 ///
 /// The thread is not a Dispatch worker, which a pool of blocked workers could keep from
-/// starting, and has the creating thread's quality of service. With one item or none,
-/// ``next()`` produces each on the calling thread. Once an item could not be produced, none
+/// starting, and has the creating thread's quality of service. With one item or none, or
+/// when told not to read ahead, ``next()`` produces each on the calling thread. Once an item could not be produced, none
 /// after it is: ``next()`` throws that item's error.
 ///
 /// ```swift
@@ -49,11 +49,12 @@ final class ReadAhead<Item>: @unchecked Sendable {
     private var position = 0
     private let isAhead: Bool
 
-    /// Starts producing, on a thread named `name`, unless `count` is 1 or less.
-    init(count: Int, name: String, produce: @escaping (Int) throws -> Item) {
+    /// Starts producing, on a thread named `name`, unless `count` is 1 or less or `readsAhead`
+    /// is false.
+    init(count: Int, name: String, readsAhead: Bool = true, produce: @escaping (Int) throws -> Item) {
         self.count = count
         self.produce = produce
-        isAhead = count > 1
+        isAhead = readsAhead && count > 1
         guard isAhead else { return }
         let thread = Thread { [self] in run() }
         thread.name = name
