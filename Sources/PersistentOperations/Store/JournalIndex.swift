@@ -4,7 +4,7 @@ import Foundation
 /// and the little that counts and due dates need (when it is due, whether it is periodic);
 /// never a payload.
 ///
-/// 32 bytes a record, in a table of 48-byte slots 64–80 % full (``RecordTable``): 60 to 75
+/// 32 bytes a record, in a table of 48-byte slots 80–90 % full (``RecordTable``): 53 to 60
 /// bytes a record in all, and no allocation per record. The key is a `UUID`, not a `String`
 /// (36 characters would take a heap allocation each); a record's type is an ordinal into one
 /// list of the type identifiers, and its segment an ordinal into the list of the segments
