@@ -87,8 +87,9 @@ struct CompactEntryTests {
     @Test func aCompactRecordReadsBackEqualFieldForField() throws {
         for index in 0..<60 {
             let record = Self.fullRecord(index: index)
-            let compact = try #require(OperationRecord.Compact(record))
-            let again = compact.record(id: record.id)
+            let compact = try #require(OperationRecord.Compact(record, type: 7))
+            #expect(compact.type == 7)
+            let again = compact.record(id: record.id, typeIdentifier: record.typeIdentifier)
             #expect(again == record, "record \(index)")
             #expect(again.formatVersion == record.formatVersion && again.tags == record.tags && again.expiresAt == record.expiresAt)
         }
@@ -99,9 +100,9 @@ struct CompactEntryTests {
         extreme.enqueueSequence = .max
         extreme.numberOfRetries = Int(UInt16.max)
         extreme.numberOfAttempts = Int(UInt16.max)
-        #expect(OperationRecord.Compact(extreme)?.record(id: extreme.id) == extreme)
+        #expect(OperationRecord.Compact(extreme, type: .max)?.record(id: extreme.id, typeIdentifier: extreme.typeIdentifier) == extreme)
         extreme.priority = Int(Int8.max)
-        #expect(OperationRecord.Compact(extreme)?.record(id: extreme.id) == extreme)
+        #expect(OperationRecord.Compact(extreme, type: .max)?.record(id: extreme.id, typeIdentifier: extreme.typeIdentifier) == extreme)
     }
 
     @Test func recordsAndEntriesThatDoNotFitAreNotMadeCompact() throws {
@@ -109,34 +110,34 @@ struct CompactEntryTests {
         // in flight counted by the record, and the record is kept whole
         var record = Self.fullRecord(index: 2)
         record.payload = Data([1])
-        #expect(OperationRecord.Compact(record) == nil)
+        #expect(OperationRecord.Compact(record, type: 0) == nil)
         record.payload = Data()
         record.numberOfRetries = Int(UInt16.max) + 1
-        #expect(OperationRecord.Compact(record) == nil)
+        #expect(OperationRecord.Compact(record, type: 0) == nil)
         record.numberOfRetries = -1
-        #expect(OperationRecord.Compact(record) == nil)
+        #expect(OperationRecord.Compact(record, type: 0) == nil)
         record.numberOfRetries = 0
         record.numberOfAttempts = Int(UInt16.max) + 1
-        #expect(OperationRecord.Compact(record) == nil)
+        #expect(OperationRecord.Compact(record, type: 0) == nil)
         record.numberOfAttempts = 0
         record.priority = 128
-        #expect(OperationRecord.Compact(record) == nil)
+        #expect(OperationRecord.Compact(record, type: 0) == nil)
         record.priority = -129
-        #expect(OperationRecord.Compact(record) == nil)
+        #expect(OperationRecord.Compact(record, type: 0) == nil)
         record.priority = 0
         record.notBefore = Date(timeIntervalSinceReferenceDate: .nan)
-        #expect(OperationRecord.Compact(record) == nil)
+        #expect(OperationRecord.Compact(record, type: 0) == nil)
         record.notBefore = nil
         record.nextAttemptAt = Date(timeIntervalSinceReferenceDate: .nan)
-        #expect(OperationRecord.Compact(record) == nil)
+        #expect(OperationRecord.Compact(record, type: 0) == nil)
         record.nextAttemptAt = nil
         record.attemptsInFlight = 1
-        #expect(OperationRecord.Compact(record) == nil)
+        #expect(OperationRecord.Compact(record, type: 0) == nil)
         record.attemptsInFlight = 0
-        #expect(OperationRecord.Compact(record) != nil)
+        #expect(OperationRecord.Compact(record, type: 0) != nil)
         // An entry with anything besides its record and a phase of waiting its turn
         let waiting = PersistentOperationQueue.Entry(record: record, operation: nil, attemptsInFlight: 0)
-        #expect(waiting.compacted() != nil)
+        #expect(waiting.compacted(type: 0) != nil)
         var changes: [(String, (inout PersistentOperationQueue.Entry) -> Void)] = [
             ("blocked", { $0.phase = .blocked }), ("running", { $0.phase = .running(nil) }), ("waiting to retry", { $0.phase = .waitingToRetry }),
             ("an operation", { $0.operation = BlockOperation() }), ("started", { $0.hasStarted = true }),
@@ -151,7 +152,7 @@ struct CompactEntryTests {
         for (name, change) in changes {
             var entry = waiting
             change(&entry)
-            #expect(entry.compacted() == nil, "\(name)")
+            #expect(entry.compacted(type: 0) == nil, "\(name)")
         }
         withExtendedLifetime(parked) {}
     }
@@ -197,7 +198,8 @@ struct CompactEntryTests {
             #expect(fields.dueDate == record.dueDate && fields.runOrder == record.runOrder)
             // When each is added compact from its fields (as a restore does)
             let entry = PersistentOperationQueue.Entry.Compact(
-                record: try #require(OperationRecord.Compact(plain: fields)), timerToken: nil, attemptsInFlight: 0, isReady: false
+                record: try #require(OperationRecord.Compact(plain: fields, type: table.typeOrdinal(of: fields.typeIdentifier))),
+                timerToken: nil, attemptsInFlight: 0, isReady: false
             )
             let added = table.insertCompact(entry, uuid: fields.key)
             #expect(added == Int32(index))
@@ -222,10 +224,10 @@ struct CompactEntryTests {
         }
     }
 
-    @Test func whatARestoreKeepsOfARecordUntilItIsScheduledTakes40BytesAndACompactEntry72() {
+    @Test func whatARestoreKeepsOfARecordUntilItIsScheduledTakes40BytesAndACompactEntry64() {
         #expect(MemoryLayout<PersistentOperationQueue.RestoredRecord>.stride == 40)
-        #expect(MemoryLayout<OperationRecord.Compact>.stride == 64)
-        #expect(MemoryLayout<PersistentOperationQueue.Entry.Compact>.stride == 72)
+        #expect(MemoryLayout<OperationRecord.Compact>.stride == 56)
+        #expect(MemoryLayout<PersistentOperationQueue.Entry.Compact>.stride == 64)
     }
 
     @Test func aRestoredRecordGivesBackItsIdentifierOrderAndDueDateExactly() {

@@ -92,7 +92,8 @@ struct EntryTableTests {
     @Test func randomChangesOfEntriesHeldByTheirUUIDsCompactOrWholeLeaveWhatADictionaryWouldHold() throws {
         // Identifiers in canonical form are found through the table's index of positions;
         // an entry with crash evidence (kills) is held whole, one without compact, and a
-        // change moves it between the two (the last of each kind moving into its place)
+        // change moves it between the two (the last of each kind moving into its place); the
+        // records are of three types, which compact entries hold as ordinals
         var table = PersistentOperationQueue.EntryTable()
         var reference: [String: Int] = [:]
         var random = SeededGenerator(seed: 91)
@@ -100,6 +101,7 @@ struct EntryTableTests {
             var record = try makeRecord(index: index)
             record.id = RecordIdentifier.make()
             record.payload = Data()
+            record.typeIdentifier = "com.example.type-\(index % 3)"
             return record
         }
         var sawBoth = false
@@ -130,13 +132,16 @@ struct EntryTableTests {
         }
         #expect(sawBoth, "many entries of both kinds at once")
         for record in records { #expect(table[record.id]?.kills == reference[record.id]) }
+        let typesMatch = records.allSatisfy { record in table[record.id].map { $0.record.typeIdentifier == record.typeIdentifier } ?? true }
+        #expect(typesMatch)
         #expect(Dictionary(uniqueKeysWithValues: table.map { ($0.key, $0.value.kills) }) == reference)
         // Emptied, it holds nothing, and takes them all again
         for record in records { table[record.id] = nil }
         #expect(table.isEmpty)
         for record in records { table[record.id] = PersistentOperationQueue.Entry(record: record, operation: nil, attemptsInFlight: 0) }
         #expect(table.count == records.count && table.compactCount == records.count)
-        for record in records { #expect(table[record.id]?.record.id == record.id) }
+        let readBack = records.allSatisfy { table[$0.id]?.record == $0 }
+        #expect(readBack)
     }
 
     @Test func countingByTagsAndLaneReadsCompactAndWholeEntriesAlike() throws {

@@ -561,23 +561,24 @@ package struct OperationRecord: Codable, Sendable, Equatable {
 }
 
 extension OperationRecord {
-    /// A record held without its identifier and payload, in 64 bytes instead of 144 plus the
-    /// identifier's allocation: what the queue keeps of a pending operation that waits its
-    /// turn (see `PersistentOperationQueue.EntryTable`). The fields few records set stay in the
-    /// record's copy-on-write box, shared with the record it was made from. Counts are held in
-    /// 16 bits and the priority in 8 (an `Operation.QueuePriority` takes -8 to 8): a record
-    /// whose values do not fit, or that counts attempts in flight itself (records of the
-    /// journal count theirs in attempt frames), is kept whole.
+    /// A record held without its identifier and payload, its type identifier as an ordinal, in
+    /// 56 bytes instead of 144 plus the identifier's allocation: what the queue keeps of a
+    /// pending operation that waits its turn (see `PersistentOperationQueue.EntryTable`). The
+    /// fields few records set stay in the record's copy-on-write box, shared with the record it
+    /// was made from. Counts are held in 16 bits and the priority in 8 (an
+    /// `Operation.QueuePriority` takes -8 to 8): a record whose values do not fit, or that
+    /// counts attempts in flight itself (records of the journal count theirs in attempt
+    /// frames), is kept whole.
     ///
     /// ```swift
     /// let record = OperationRecord(typeIdentifier: "com.example.upload", payload: Data(), enqueueSequence: 1)
-    /// let compact = OperationRecord.Compact(record)!        // nil: a payload, or counts past 16 bits
-    /// let same = compact.record(id: record.id) == record     // true
+    /// let types = ["com.example.upload"]                      // what `type` 0 stands for
+    /// let compact = OperationRecord.Compact(record, type: 0)!  // nil: a payload, or counts past 16 bits
+    /// let same = compact.record(id: record.id, typeIdentifier: types[Int(compact.type)]) == record   // true
     /// ```
     package struct Compact: Sendable {
-        // (In this order: 62 bytes, so that an entry holding it with a timer and two small
-        // fields takes 72.)
-        package let typeIdentifier: String
+        // (In this order: 50 bytes, so that an entry holding it with a timer and two small
+        // fields takes 64.)
         private let extras: Extras?
         private let enqueueSequence: UInt64
         private let enqueuedAt: Double
@@ -585,18 +586,21 @@ extension OperationRecord {
         private let notBefore: Double
         /// NaN: none.
         private let nextAttemptAt: Double
+        /// The record's type identifier, as an ordinal into a list its holder keeps (a
+        /// `String` would take 16 bytes, an entry 8 more).
+        package let type: UInt32
         private let numberOfRetries: UInt16
         private let numberOfAttempts: UInt16
         private let priority: Int8
         private let formatVersion: UInt8
 
-        /// The compact form of `record`, or `nil` when it holds a payload, a value that does
-        /// not fit (see above) or attempts in flight (none the queue makes: it is then kept
-        /// whole).
-        package init?(_ record: OperationRecord) {
+        /// The compact form of `record`, its type identifier held as `type`, or `nil` when it
+        /// holds a payload, a value that does not fit (see above) or attempts in flight (none
+        /// the queue makes: it is then kept whole).
+        package init?(_ record: OperationRecord, type: UInt32) {
             guard record.payload.isEmpty, record.attemptsInFlight == 0 else { return nil }
             self.init(
-                typeIdentifier: record.typeIdentifier, extras: record.extras, priority: record.priority,
+                type: type, extras: record.extras, priority: record.priority,
                 enqueueSequence: record.enqueueSequence, enqueuedAt: record.enqueuedAt.timeIntervalSinceReferenceDate,
                 notBefore: record.notBefore?.timeIntervalSinceReferenceDate, nextAttemptAt: record.nextAttemptAt?.timeIntervalSinceReferenceDate,
                 numberOfRetries: record.numberOfRetries, numberOfAttempts: record.numberOfAttempts, formatVersion: record.formatVersion
@@ -604,12 +608,13 @@ extension OperationRecord {
         }
 
         /// The compact form of the plain record `fields` (see
-        /// ``RecordFormat/plainFields(of:maximumSize:checksumVerified:typeIdentifiers:)``), or
-        /// `nil` when a value does not fit or it has attempts in flight.
-        package init?(plain fields: RecordFormat.PlainFields) {
+        /// ``RecordFormat/plainFields(of:maximumSize:checksumVerified:typeIdentifiers:)``), its
+        /// type identifier held as `type`, or `nil` when a value does not fit or it has
+        /// attempts in flight.
+        package init?(plain fields: RecordFormat.PlainFields, type: UInt32) {
             guard fields.attemptsInFlight == 0 else { return nil }
             self.init(
-                typeIdentifier: fields.typeIdentifier, extras: nil, priority: fields.priority, enqueueSequence: fields.enqueueSequence,
+                type: type, extras: nil, priority: fields.priority, enqueueSequence: fields.enqueueSequence,
                 enqueuedAt: fields.enqueuedAt, notBefore: fields.notBefore, nextAttemptAt: fields.nextAttemptAt,
                 numberOfRetries: fields.numberOfRetries, numberOfAttempts: fields.numberOfAttempts, formatVersion: fields.formatVersion
             )
@@ -618,14 +623,14 @@ extension OperationRecord {
         /// These fields (dates in seconds since the reference date), or `nil` when a value does
         /// not fit (a date that is NaN included: NaN stands for none).
         private init?(
-            typeIdentifier: String, extras: Extras?, priority: Int, enqueueSequence: UInt64, enqueuedAt: Double, notBefore: Double?,
+            type: UInt32, extras: Extras?, priority: Int, enqueueSequence: UInt64, enqueuedAt: Double, notBefore: Double?,
             nextAttemptAt: Double?, numberOfRetries: Int, numberOfAttempts: Int, formatVersion: Int
         ) {
             guard let retries = UInt16(exactly: numberOfRetries), let attempts = UInt16(exactly: numberOfAttempts),
                   let priority = Int8(exactly: priority), let version = UInt8(exactly: formatVersion),
                   notBefore?.isNaN != true, nextAttemptAt?.isNaN != true
             else { return nil }
-            self.typeIdentifier = typeIdentifier
+            self.type = type
             self.extras = extras
             self.enqueueSequence = enqueueSequence
             self.enqueuedAt = enqueuedAt
@@ -642,8 +647,9 @@ extension OperationRecord {
         /// The record's lane, read in place (see ``OperationRecord/lane``).
         package var lane: String? { extras?.lane }
 
-        /// The record again, with the identifier `id` and no payload.
-        package func record(id: String) -> OperationRecord {
+        /// The record again, with the identifier `id`, the type identifier `typeIdentifier`
+        /// (the one ``type`` stands for) and no payload.
+        package func record(id: String, typeIdentifier: String) -> OperationRecord {
             // Field by field, not through the record's initializer, which sets every rare
             // field through the box and works out the format version (this runs each time a
             // compact entry is read).
@@ -670,7 +676,7 @@ extension OperationRecord {
         )
     }
 
-    /// A record of exactly these stored fields (see ``Compact/record(id:)``); the rare ones in
+    /// A record of exactly these stored fields (see ``Compact/record(id:typeIdentifier:)``); the rare ones in
     /// `extras`.
     private init(
         formatVersion: Int, id: String, typeIdentifier: String, payload: Data, priority: Int, enqueueSequence: UInt64, enqueuedAt: Date,

@@ -38,6 +38,8 @@ extension PersistentOperationQueue {
         private var fullKeys: [UUIDBits] = []
         private var compact: [Entry.Compact] = []
         private var compactIDs: [UUIDBits] = []
+        /// The type identifiers compact entries hold as ordinals (`record.type`).
+        private var types = TypeIdentifiers()
 
         /// How many entries the table holds.
         var count: Int { full.count + compact.count }
@@ -65,7 +67,7 @@ extension PersistentOperationQueue {
             _read {
                 switch position(of: RecordKey(id)) {
                 case let position? where position >= 0: yield full[Int(position)]
-                case let position?: yield compact[~Int(position)].entry(id: id)
+                case let position?: yield self.entry(atCompact: ~Int(position), id: id)
                 case nil: yield nil
                 }
             }
@@ -85,7 +87,7 @@ extension PersistentOperationQueue {
                     yield &full[index]
                 case let position?:
                     let index = ~Int(position)
-                    var entry: Entry? = compact[index].entry(id: id)
+                    var entry: Entry? = self.entry(atCompact: index, id: id)
                     defer { settleCompact(at: index, id: id, key: key, entry) }
                     yield &entry
                 case nil:
@@ -115,7 +117,7 @@ extension PersistentOperationQueue {
         func typeIdentifier(of key: RecordKey) -> String? {
             switch position(of: key) {
             case let position? where position >= 0: return full[Int(position)]!.record.typeIdentifier
-            case let position?: return compact[~Int(position)].record.typeIdentifier
+            case let position?: return types[compact[~Int(position)].record.type]
             case nil: return nil
             }
         }
@@ -129,6 +131,12 @@ extension PersistentOperationQueue {
             compact.append(entry)
             compactIDs.append(uuid)
             return index
+        }
+
+        /// The ordinal compact entries hold for the type identifier `typeIdentifier` (see
+        /// ``insertCompact(_:uuid:)``).
+        mutating func typeOrdinal(of typeIdentifier: String) -> UInt32 {
+            types.ordinal(of: typeIdentifier)
         }
 
         /// Looks at up to `budget` whole entries from position `start` on (going round to the
@@ -186,7 +194,7 @@ extension PersistentOperationQueue {
                 return try body(&full[index]!)
             }
             let index = ~Int(position)
-            var entry = compact[index].entry(id: id)
+            var entry = self.entry(atCompact: index, id: id)
             defer { settleCompact(at: index, id: id, key: key, entry) }
             return try body(&entry)
         }
@@ -214,7 +222,7 @@ extension PersistentOperationQueue {
                 return old
             }
             let index = ~Int(position)
-            let old = returningReplaced ? compact[index].entry(id: id) : nil
+            let old = returningReplaced ? self.entry(atCompact: index, id: id) : nil
             settleCompact(at: index, id: id, key: key, entry)
             return old
         }
@@ -231,7 +239,7 @@ extension PersistentOperationQueue {
                 return entry
             }
             let index = ~Int(position)
-            let entry = compact[index].entry(id: id)
+            let entry = self.entry(atCompact: index, id: id)
             removeCompact(at: index)
             return entry
         }
@@ -271,15 +279,23 @@ extension PersistentOperationQueue {
             }
         }
 
+        /// The compact entry at `index` made whole, with the identifier `id`.
+        private func entry(atCompact index: Int, id: String) -> Entry {
+            let entry = compact[index]
+            return entry.entry(id: id, typeIdentifier: types[entry.record.type])
+        }
+
         /// The compact form of `entry`, stored under `id`, when it has one: its identifier
         /// must be the record's own, in canonical form (held as a UUID).
-        private static func compacted(_ entry: Entry, id: String, key: RecordKey) -> (Entry.Compact, UUIDBits)? {
-            guard case .uuid(let uuid) = key, let compact = entry.compacted(), entry.record.id == id else { return nil }
+        private mutating func compacted(_ entry: Entry, id: String, key: RecordKey) -> (Entry.Compact, UUIDBits)? {
+            guard case .uuid(let uuid) = key, entry.record.id == id,
+                  let compact = entry.compacted(type: types.ordinal(of: entry.record.typeIdentifier))
+            else { return nil }
             return (compact, uuid)
         }
 
         private mutating func insert(_ entry: Entry, id: String, key: RecordKey) {
-            if let (compacted, uuid) = Self.compacted(entry, id: id, key: key) {
+            if let (compacted, uuid) = compacted(entry, id: id, key: key) {
                 appendCompact(compacted, uuid: uuid)
             } else {
                 appendFull(entry, id: id, key: key)
@@ -293,7 +309,7 @@ extension PersistentOperationQueue {
                 removeFull(at: index, key: key)
                 return
             }
-            if let (compacted, uuid) = Self.compacted(entry, id: fullIDs[index], key: key) {
+            if let (compacted, uuid) = compacted(entry, id: fullIDs[index], key: key) {
                 removeFull(at: index, key: key)
                 appendCompact(compacted, uuid: uuid)
             }
@@ -306,7 +322,7 @@ extension PersistentOperationQueue {
                 removeCompact(at: index)
                 return
             }
-            if let (compacted, _) = Self.compacted(entry, id: id, key: key) {
+            if let (compacted, _) = compacted(entry, id: id, key: key) {
                 compact[index] = compacted
             } else {
                 removeCompact(at: index)
@@ -372,7 +388,7 @@ extension PersistentOperationQueue {
         }
 
         func makeIterator() -> Iterator {
-            Iterator(full: full, fullIDs: fullIDs, compact: compact, compactIDs: compactIDs)
+            Iterator(full: full, fullIDs: fullIDs, compact: compact, compactIDs: compactIDs, types: types)
         }
 
         /// The entries and their identifiers: the whole ones, then the compact ones made whole.
@@ -381,13 +397,15 @@ extension PersistentOperationQueue {
             fileprivate let fullIDs: [String]
             fileprivate let compact: [Entry.Compact]
             fileprivate let compactIDs: [UUIDBits]
+            fileprivate let types: TypeIdentifiers
             private var position = 0
 
-            fileprivate init(full: [Entry?], fullIDs: [String], compact: [Entry.Compact], compactIDs: [UUIDBits]) {
+            fileprivate init(full: [Entry?], fullIDs: [String], compact: [Entry.Compact], compactIDs: [UUIDBits], types: TypeIdentifiers) {
                 self.full = full
                 self.fullIDs = fullIDs
                 self.compact = compact
                 self.compactIDs = compactIDs
+                self.types = types
             }
 
             mutating func next() -> (key: String, value: Entry)? {
@@ -399,7 +417,8 @@ extension PersistentOperationQueue {
                 guard index - full.count < compact.count else { return nil }
                 position += 1
                 let id = RecordIdentifier.string(of: compactIDs[index - full.count])
-                return (id, compact[index - full.count].entry(id: id))
+                let entry = compact[index - full.count]
+                return (id, entry.entry(id: id, typeIdentifier: types[entry.record.type]))
             }
         }
 
@@ -414,6 +433,38 @@ extension PersistentOperationQueue {
         struct ValuesIterator: IteratorProtocol {
             fileprivate var base: Iterator
             mutating func next() -> Entry? { base.next()?.value }
+        }
+    }
+}
+
+extension PersistentOperationQueue {
+    /// The type identifiers of an ``EntryTable``'s compact entries, each once, by ordinal: a
+    /// compact entry holds 4 bytes for its type instead of a 16-byte `String`. Ordinals are
+    /// never reused (a queue registers few types; a type no entry holds any more keeps its).
+    struct TypeIdentifiers: Sendable {
+        private var names: [String] = []
+        private var ordinals: [String: UInt32] = [:]
+        /// The latest identifier looked up and its ordinal: most backlogs are of one type or
+        /// a few, so most lookups end here without hashing the identifier.
+        private var latest: (name: String, ordinal: UInt32)?
+
+        /// The identifier of `ordinal`.
+        subscript(ordinal: UInt32) -> String { names[Int(ordinal)] }
+
+        /// The ordinal of `name`, given one now if it has none.
+        mutating func ordinal(of name: String) -> UInt32 {
+            if let latest, latest.name == name { return latest.ordinal }
+            let ordinal: UInt32
+            if let known = ordinals[name] {
+                ordinal = known
+            } else {
+                precondition(names.count < Int(UInt32.max), "too many type identifiers")
+                ordinal = UInt32(names.count)
+                names.append(name)
+                ordinals[name] = ordinal
+            }
+            latest = (name, ordinal)
+            return ordinal
         }
     }
 }

@@ -323,10 +323,11 @@ extension PersistentOperationQueue {
     /// general path (its type is not registered, or reads a later payload version; records of
     /// unknown types are on file; its counts do not fit a compact entry; its key is taken).
     private func admitPlain(_ fields: RecordFormat.PlainFields, into restored: inout [RestoredRecord]) -> Bool {
-        guard let record = OperationRecord.Compact(plain: fields) else { return false }
-        let entry = Entry.Compact(record: record, timerToken: nil, attemptsInFlight: 0, isReady: false)
         let position = state.withLock { state -> Int32? in
-            guard state.unknownTypeRecords.isEmpty, let type = state.registry[fields.typeIdentifier], type.payloadVersion >= 1 else { return nil }
+            guard state.unknownTypeRecords.isEmpty, let type = state.registry[fields.typeIdentifier], type.payloadVersion >= 1,
+                  let record = OperationRecord.Compact(plain: fields, type: state.entries.typeOrdinal(of: fields.typeIdentifier))
+            else { return nil }
+            let entry = Entry.Compact(record: record, timerToken: nil, attemptsInFlight: 0, isReady: false)
             let position = state.entries.insertCompact(entry, uuid: fields.key)
             if position != nil, !state.progressGroups.isEmpty {
                 state.progressGroups.joinedPlain()
