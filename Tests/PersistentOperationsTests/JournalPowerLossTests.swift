@@ -121,6 +121,10 @@ struct JournalPowerLossTests {
                     record.batchID = batchID
                     records.append(record)
                 }
+                if index % 2 == 0 {
+                    // A large batch: its body is written apart from its header.
+                    records[0].payload = Data(repeating: UInt8(index % 251), count: JournalStore.bodyWrittenApartFrom)
+                }
                 try run("batch", touching: records.map(\.id), batchID: batchID) {
                     try store.addBatch(records)
                     return Dictionary(uniqueKeysWithValues: records.map { ($0.id, .pending($0)) })

@@ -127,6 +127,32 @@ struct JournalWriterTests {
     }
 
     @Test
+    func aFrameWrittenInTwoPartsIsWholeOrLeavesNothing() throws {
+        // Given a writer whose file system, after one frame, writes a frame's first part and
+        // three bytes of its second, then fails with ENOSPC
+        let segment = try RecordedSegment()
+        let writer = segment.writer()
+        try writer.append(Self.frame(1), durability: .flushed)
+        let first = Data("head".utf8)
+        let rest = Data(repeating: 0x2A, count: 100)
+        segment.faults.withLock { $0.writeFailsAfter = first.count + 3 }
+
+        // When the two-part frame is appended, the append throws
+        #expect(throws: PersistenceError.self) { try writer.append(first, then: rest, durability: .flushed) }
+
+        // Then the segment ends where the frame began, and once the disk has room the frame
+        // is written whole, its parts end to end, and the next frame after it
+        #expect(try segment.contents() == Self.frame(1))
+        segment.faults.withLock { $0.writeFailsAfter = nil }
+        let offset = try writer.append(first, then: rest, durability: .flushed)
+        let next = try writer.append(Self.frame(2), durability: .flushed)
+        writer.close()
+        #expect(offset == Int64(Self.frame(1).count))
+        #expect(next == offset + Int64(first.count + rest.count))
+        #expect(try segment.contents() == Self.frame(1) + first + rest + Self.frame(2))
+    }
+
+    @Test
     func aFailedFlushFailsEveryLaterCall() throws {
         // Given a writer whose next flush fails with EIO
         let segment = try RecordedSegment()

@@ -102,6 +102,16 @@ package struct JournalFrame: Sendable, Equatable {
     /// - Throws: ``PersistenceError/Code/recordTooLarge`` when the frame would exceed
     ///   `maximumSize` bytes; `segment` is then unchanged.
     package func append(to segment: inout Data, salt: UInt32, maximumSize: Int = defaultMaximumSize) throws {
+        segment.append(contentsOf: try header(salt: salt, maximumSize: maximumSize))
+        segment.append(body)
+    }
+
+    /// The frame's header, for a segment whose salt is `salt`: the bytes that go before
+    /// ``body`` (whose checksum it holds). Written apart from a large body, it spares a copy
+    /// of the body (see ``encoded(salt:maximumSize:)``).
+    ///
+    /// - Throws: ``PersistenceError/Code/recordTooLarge``, as ``append(to:salt:maximumSize:)``.
+    package func header(salt: UInt32, maximumSize: Int = defaultMaximumSize) throws -> [UInt8] {
         precondition(maximumSize > Self.headerSize, "maximumSize must exceed the frame header size")
         guard size <= maximumSize, body.count <= Int(UInt32.max) else {
             throw PersistenceError(
@@ -119,8 +129,7 @@ package struct JournalFrame: Sendable, Equatable {
         let headerCheck = CRC32.checksum(of: header)
         header.appendBigEndian(UInt64(headerCheck), width: 4)
         header.appendBigEndian(UInt64(CRC32.checksum(of: body, continuing: headerCheck)), width: 4)
-        segment.append(contentsOf: header)
-        segment.append(body)
+        return header
     }
 
     /// The frame's bytes for a segment whose salt is `salt`.

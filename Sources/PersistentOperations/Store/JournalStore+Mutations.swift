@@ -311,16 +311,23 @@ extension JournalStore {
                     fileURL: URL(fileURLWithPath: journalPath)
                 )
             }
-            let bytes = try frame.encoded(salt: active.salt, maximumSize: configuration.maximumFrameSize)
+            // A large body (a batch) is written after its header as it is: a copy of it behind
+            // the header would double what a large `addOperations` holds while it writes.
+            let (first, rest): (Data, Data?)
+            if frame.body.count >= Self.bodyWrittenApartFrom {
+                (first, rest) = (Data(try frame.header(salt: active.salt, maximumSize: configuration.maximumFrameSize)), frame.body)
+            } else {
+                (first, rest) = (try frame.encoded(salt: active.salt, maximumSize: configuration.maximumFrameSize), nil)
+            }
             let offset: Int64
             let durability: JournalWriter.Durability = schedulesFlush ? .written : .writtenUnscheduled
             do {
-                offset = try active.writer.append(bytes, durability: durability)
+                offset = try active.writer.append(first, then: rest, durability: durability)
             } catch let error as PersistenceError where Self.isDiskFull(error) && frame.kind.endsWork && releaseReserve(&state) {
                 // A full disk must not keep work from completing: the reserve makes room.
-                offset = try active.writer.append(bytes, durability: durability)
+                offset = try active.writer.append(first, then: rest, durability: durability)
             }
-            apply(&state, active.file.name, offset, bytes.count)
+            apply(&state, active.file.name, offset, frame.size)
             if active.writer.size >= Int64(configuration.segmentSize) {
                 rollActiveSegment(&state)
             }
@@ -342,6 +349,10 @@ extension JournalStore {
         }
         compactIfDue()
     }
+
+    /// The body size from which a frame's body is written apart from its header (two writes
+    /// instead of one copy).
+    static var bodyWrittenApartFrom: Int { 64 << 10 }
 
     /// Whether `error` is a write that failed for lack of space.
     static func isDiskFull(_ error: PersistenceError) -> Bool {

@@ -143,13 +143,23 @@ package final class JournalWriter: @unchecked Sendable {
     ///   later call fails too), or when the writer is closed.
     @discardableResult
     package func append(_ frame: Data, durability: Durability) throws -> Int64 {
+        try append(frame, then: nil, durability: durability)
+    }
+
+    /// Appends the frame whose first bytes are `first` and whose rest, if any, is `rest`
+    /// (a large frame's body, written as it is rather than copied after its header), as
+    /// ``append(_:durability:)`` does.
+    @discardableResult
+    package func append(_ first: Data, then rest: Data?, durability: Durability) throws -> Int64 {
         condition.lock()
         defer { condition.unlock() }
         try checkUsable()
         let offset = end
-        fillAheadIfNeeded(for: frame.count)
+        let count = first.count + (rest?.count ?? 0)
+        fillAheadIfNeeded(for: count)
         do {
-            try writeWhole(frame, at: offset)
+            try writeWhole(first, at: offset)
+            if let rest { try writeWhole(rest, at: offset + Int64(first.count)) }
         } catch {
             allocated = offset
             do {
@@ -163,7 +173,7 @@ package final class JournalWriter: @unchecked Sendable {
             }
             throw PersistenceError(.writeFailed, "Could not append to the journal.", fileURL: URL(fileURLWithPath: path), underlyingError: error)
         }
-        end += Int64(frame.count)
+        end += Int64(count)
         allocated = max(allocated, end)
         framesWritten += 1
         guard flushes else { return offset }
