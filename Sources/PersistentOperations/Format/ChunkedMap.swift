@@ -18,6 +18,27 @@ package enum ChunkedMap {
     /// The active cores, read once (on Linux, asking reads files under `/proc` and `/sys`).
     private static let cores = ProcessInfo.processInfo.activeProcessorCount
 
+    /// `transform` of each range of indexes the chunks of `0..<count` take, in order (one
+    /// range, `0..<count`, for fewer than two chunks' worth), as ``map(_:minimumChunk:_:)``
+    /// splits them: for work that gathers a chunk's elements into one value (a buffer, rather
+    /// than a buffer an element). Errors as ``map(_:minimumChunk:_:)``'s.
+    ///
+    /// ```swift
+    /// let sums = try ChunkedMap.mapChunks(10_000) { range in range.reduce(0, +) }
+    /// // sums.reduce(0, +) == 49_995_000, whatever the number of chunks.
+    /// ```
+    package static func mapChunks<T: Sendable>(
+        _ count: Int, minimumChunk: Int = minimumChunk, _ transform: @Sendable (Range<Int>) throws -> T
+    ) throws -> [T] {
+        let chunks = count >= 2 * minimumChunk ? min(4 * cores, count / max(1, minimumChunk)) : 1
+        return try map(chunks, minimumChunk: 1) { chunk in
+            // Chunk `chunk` takes its share of the indexes, the first ones one more.
+            let size = count / chunks, extra = count % chunks
+            let start = chunk * size + min(chunk, extra)
+            return try transform(start..<(start + size + (chunk < extra ? 1 : 0)))
+        }
+    }
+
     /// `transform` of each index in `0..<count`, in index order. When transforms throw, the
     /// error of the lowest index is thrown; the other chunks may have run meanwhile, and a
     /// chunk stops at its first error.

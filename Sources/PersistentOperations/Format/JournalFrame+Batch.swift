@@ -37,6 +37,60 @@ extension JournalFrame {
         return JournalFrame(kind: .batch, body: body)
     }
 
+    /// A batch frame of `count` parts, `encodePart` of each index, built in pieces rather than
+    /// one body: the parts are encoded in chunks on several cores at once (see
+    /// ``ChunkedMap``), each chunk's into one buffer, and the frame is written piece by piece
+    /// (``Pieces/header(salt:maximumSize:)``, then ``Pieces/body``). A large `addOperations`
+    /// then holds its records' bytes once while it writes, not once a record and once more in
+    /// a body.
+    ///
+    /// ```swift
+    /// let parts = [Data("first record".utf8), Data("second record".utf8)]
+    /// let pieces = try JournalFrame.batchPieces(parts.count) { parts[$0] }
+    /// let whole = JournalFrame(kind: .batch, body: pieces.body.reduce(Data(), +))
+    /// let read = try whole.batchParts()   // == parts
+    /// ```
+    package static func batchPieces(_ count: Int, encodePart: @Sendable (Int) throws -> Data) throws -> Pieces {
+        var countField = Data(count: 4)
+        countField.withUnsafeMutableBytes { $0.storeBytes(of: UInt32(count).bigEndian, as: UInt32.self) }
+        let chunks = try ChunkedMap.mapChunks(count) { range -> (buffer: Data, lengths: [Int]) in
+            var buffer = Data()
+            var lengths: [Int] = []
+            lengths.reserveCapacity(range.count)
+            for index in range {
+                let part = try encodePart(index)
+                withUnsafeBytes(of: UInt32(part.count).bigEndian) { buffer.append(contentsOf: $0) }
+                buffer.append(part)
+                lengths.append(part.count)
+            }
+            return (buffer, lengths)
+        }
+        return Pieces(kind: .batch, body: [countField] + chunks.map(\.buffer), partLengths: chunks.flatMap(\.lengths))
+    }
+
+    /// The frame as one piece.
+    package var pieces: Pieces { Pieces(kind: kind, body: [body], partLengths: []) }
+
+    /// A frame to write whose body is in pieces, written one after another (never joined).
+    package struct Pieces: Sendable {
+        package let kind: Kind
+        /// The body, piece by piece.
+        package let body: [Data]
+        /// For a batch, the length of each part, in order.
+        package let partLengths: [Int]
+
+        /// The size of the frame on disk, header included.
+        package var size: Int { JournalFrame.headerSize + body.reduce(0) { $0 + $1.count } }
+
+        /// The frame's header, for a segment whose salt is `salt`.
+        ///
+        /// - Throws: ``PersistenceError/Code/recordTooLarge``, as
+        ///   ``JournalFrame/append(to:salt:maximumSize:)``.
+        package func header(salt: UInt32, maximumSize: Int = defaultMaximumSize) throws -> [UInt8] {
+            try JournalFrame.header(kind: kind, bodyPieces: body, salt: salt, maximumSize: maximumSize)
+        }
+    }
+
     /// The parts of a batch frame.
     ///
     /// - Throws: ``PersistenceError/Code/corruptRecord`` when the frame is not a batch or its

@@ -112,23 +112,33 @@ package struct JournalFrame: Sendable, Equatable {
     ///
     /// - Throws: ``PersistenceError/Code/recordTooLarge``, as ``append(to:salt:maximumSize:)``.
     package func header(salt: UInt32, maximumSize: Int = defaultMaximumSize) throws -> [UInt8] {
-        precondition(maximumSize > Self.headerSize, "maximumSize must exceed the frame header size")
-        guard size <= maximumSize, body.count <= Int(UInt32.max) else {
+        try Self.header(kind: kind, bodyPieces: [body], salt: salt, maximumSize: maximumSize)
+    }
+
+    /// The header of a frame of `kind` whose body is `bodyPieces` one after another, for a
+    /// segment whose salt is `salt` (see ``header(salt:maximumSize:)``).
+    ///
+    /// - Throws: ``PersistenceError/Code/recordTooLarge``, as ``append(to:salt:maximumSize:)``.
+    package static func header(kind: Kind, bodyPieces: [Data], salt: UInt32, maximumSize: Int = defaultMaximumSize) throws -> [UInt8] {
+        precondition(maximumSize > headerSize, "maximumSize must exceed the frame header size")
+        let bodyCount = bodyPieces.reduce(0) { $0 + $1.count }
+        guard headerSize + bodyCount <= maximumSize, bodyCount <= Int(UInt32.max) else {
             throw PersistenceError(
                 .recordTooLarge,
-                "The journal frame (\(kind)) needs \(size) bytes, more than the maximum frame size of \(maximumSize) bytes."
+                "The journal frame (\(kind)) needs \(headerSize + bodyCount) bytes, more than the maximum frame size of \(maximumSize) bytes."
             )
         }
         var header: [UInt8] = []
-        header.reserveCapacity(Self.headerSize)
-        header.append(contentsOf: Self.marker)
+        header.reserveCapacity(headerSize)
+        header.append(contentsOf: marker)
         header.appendBigEndian(UInt64(salt), width: 4)
         header.append(kind.rawValue)
         header.append(contentsOf: [0, 0, 0])
-        header.appendBigEndian(UInt64(body.count), width: 4)
+        header.appendBigEndian(UInt64(bodyCount), width: 4)
         let headerCheck = CRC32.checksum(of: header)
         header.appendBigEndian(UInt64(headerCheck), width: 4)
-        header.appendBigEndian(UInt64(CRC32.checksum(of: body, continuing: headerCheck)), width: 4)
+        let bodyCheck = bodyPieces.reduce(headerCheck) { CRC32.checksum(of: $1, continuing: $0) }
+        header.appendBigEndian(UInt64(bodyCheck), width: 4)
         return header
     }
 

@@ -216,16 +216,20 @@ extension JournalStore {
     /// Writes `records` as one frame of `kind` (a batch frame holds several) and indexes them.
     private func commit(_ kind: JournalFrame.Kind, _ records: [OperationRecord], flushes: Bool, check: (inout State) throws -> Void) throws {
         let ids = try records.map { try identifier($0.id) }
-        // A large batch's records are encoded on several cores at once.
-        let encoded = try ChunkedMap.map(records.count) {
-            try RecordFormat.encode(records[$0], maximumSize: configuration.maximumRecordSize, formatVersion: records[$0].journalFormatVersion)
+        let maximumRecordSize = configuration.maximumRecordSize
+        let encode: @Sendable (Int) throws -> Data = {
+            try RecordFormat.encode(records[$0], maximumSize: maximumRecordSize, formatVersion: records[$0].journalFormatVersion)
         }
-        let frame = kind == .batch ? JournalFrame.batch(encoded) : JournalFrame(kind: kind, body: encoded[0])
+        // A batch's records are encoded on several cores at once, into a buffer a chunk,
+        // written one after another.
+        let frame = kind == .batch
+            ? try JournalFrame.batchPieces(records.count, encodePart: encode)
+            : JournalFrame(kind: kind, body: try encode(0)).pieces
         try append(frame, flushes: flushes, check: check) { state, segment, offset, size in
             if kind == .batch {
                 var partOffset = offset + Int64(JournalFrame.headerSize) + 4
                 for index in records.indices {
-                    let length = encoded[index].count
+                    let length = frame.partLengths[index]
                     let location = JournalIndex.Location(segment: segment, offset: partOffset + 4, length: Int32(length), isFrame: false)
                     state.index.set(.init(records[index], id: ids[index]), area: .pending, location: location)
                     partOffset += 4 + Int64(length)
@@ -251,9 +255,9 @@ extension JournalStore {
             if configuration.idempotencyWindow > 0, let keyed = state.index.idempotencyKey(of: id) {
                 let until = configuration.clock().addingTimeInterval(configuration.idempotencyWindow)
                 retired = RetiredKey(id: id, sequence: keyed.sequence, rememberedUntil: until, key: keyed.key)
-                return JournalFrame(kind: .retire, body: retired!.body)
+                return JournalFrame(kind: .retire, body: retired!.body).pieces
             }
-            return JournalFrame(kind: .remove, body: Data(id.uuidString.utf8))
+            return JournalFrame(kind: .remove, body: Data(id.uuidString.utf8)).pieces
         }) { state, segment, _, size in
             state.index.remove(id)
             // Its attempts are over.
@@ -283,6 +287,14 @@ extension JournalStore {
         _ frame: JournalFrame, flushes: Bool, schedulesFlush: Bool = true, check: (inout State) throws -> Void,
         apply: (inout State, JournalSegmentName, Int64, Int) -> Void
     ) throws {
+        try append(frame.pieces, flushes: flushes, schedulesFlush: schedulesFlush, check: check, apply: apply)
+    }
+
+    /// ``append(_:flushes:schedulesFlush:check:apply:)`` of a frame in pieces.
+    func append(
+        _ frame: JournalFrame.Pieces, flushes: Bool, schedulesFlush: Bool = true, check: (inout State) throws -> Void,
+        apply: (inout State, JournalSegmentName, Int64, Int) -> Void
+    ) throws {
         try append(flushes: flushes, schedulesFlush: schedulesFlush, frame: { state in
             try check(&state)
             return frame
@@ -292,7 +304,7 @@ extension JournalStore {
     /// ``append(_:flushes:schedulesFlush:check:apply:)`` of the frame `frame` makes under the
     /// lock, after the checks of its own (it throws what they throw).
     func append(
-        flushes: Bool, schedulesFlush: Bool = true, frame makeFrame: (inout State) throws -> JournalFrame,
+        flushes: Bool, schedulesFlush: Bool = true, frame makeFrame: (inout State) throws -> JournalFrame.Pieces,
         apply: (inout State, JournalSegmentName, Int64, Int) -> Void
     ) throws {
         let (writer, segment) = try state.withLock { state -> (JournalWriter, JournalSegmentName) in
@@ -311,13 +323,18 @@ extension JournalStore {
                     fileURL: URL(fileURLWithPath: journalPath)
                 )
             }
-            // A large body (a batch) is written after its header as it is: a copy of it behind
-            // the header would double what a large `addOperations` holds while it writes.
-            let (first, rest): (Data, Data?)
-            if frame.body.count >= Self.bodyWrittenApartFrom {
-                (first, rest) = (Data(try frame.header(salt: active.salt, maximumSize: configuration.maximumFrameSize)), frame.body)
+            // A large body (a batch) is written after its header as it is, piece by piece: a
+            // copy of it behind the header would double what a large `addOperations` holds
+            // while it writes. A small one is copied, for one write instead of two.
+            let header = Data(try frame.header(salt: active.salt, maximumSize: configuration.maximumFrameSize))
+            let (first, rest): (Data, [Data])
+            if frame.size - JournalFrame.headerSize >= Self.bodyWrittenApartFrom {
+                (first, rest) = (header, frame.body)
             } else {
-                (first, rest) = (try frame.encoded(salt: active.salt, maximumSize: configuration.maximumFrameSize), nil)
+                var whole = Data(capacity: frame.size)
+                whole.append(header)
+                for piece in frame.body { whole.append(piece) }
+                (first, rest) = (whole, [])
             }
             let offset: Int64
             let durability: JournalWriter.Durability = schedulesFlush ? .written : .writtenUnscheduled

@@ -143,23 +143,26 @@ package final class JournalWriter: @unchecked Sendable {
     ///   later call fails too), or when the writer is closed.
     @discardableResult
     package func append(_ frame: Data, durability: Durability) throws -> Int64 {
-        try append(frame, then: nil, durability: durability)
+        try append(frame, then: [], durability: durability)
     }
 
-    /// Appends the frame whose first bytes are `first` and whose rest, if any, is `rest`
-    /// (a large frame's body, written as it is rather than copied after its header), as
-    /// ``append(_:durability:)`` does.
+    /// Appends the frame whose first bytes are `first` and whose rest is `rest`, piece after
+    /// piece (a large frame's body, written as it is rather than copied after its header), as
+    /// ``append(_:durability:)`` does: a failure leaves nothing of any piece.
     @discardableResult
-    package func append(_ first: Data, then rest: Data?, durability: Durability) throws -> Int64 {
+    package func append(_ first: Data, then rest: [Data], durability: Durability) throws -> Int64 {
         condition.lock()
         defer { condition.unlock() }
         try checkUsable()
         let offset = end
-        let count = first.count + (rest?.count ?? 0)
+        let count = rest.reduce(first.count) { $0 + $1.count }
         fillAheadIfNeeded(for: count)
         do {
-            try writeWhole(first, at: offset)
-            if let rest { try writeWhole(rest, at: offset + Int64(first.count)) }
+            var pieceOffset = offset
+            for piece in CollectionOfOne(first) + rest {
+                try writeWhole(piece, at: pieceOffset)
+                pieceOffset += Int64(piece.count)
+            }
         } catch {
             allocated = offset
             do {
