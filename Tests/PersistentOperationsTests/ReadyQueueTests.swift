@@ -1,3 +1,4 @@
+import CrashHarness
 import Foundation
 import Testing
 @testable import PersistentOperations
@@ -41,6 +42,41 @@ struct ReadyQueueTests {
         let low = ReadySlot(id: RecordIdentifier.make(), order: RunOrder(priority: -1_000, enqueueSequence: 1))
         #expect(high.order.priority == 127 && low.order.priority == -128)
         #expect(ReadySlot.runsBefore(high, low) && !ReadySlot.runsBefore(low, high))
+    }
+
+    @Test func slotsOfTheHeapTake32BytesAndComeBackWholeInRunOrder() {
+        // Given slots of every kind: canonical and other identifiers, priorities beyond 8 bits,
+        // turns, and sequences that do not fit in 55 bits, each (priority, turn, sequence as
+        // ordered) distinct
+        #expect(PersistentOperationQueue.ReadyQueue.heapSlotStride == 32)
+        var random = SeededGenerator(seed: 5)
+        var slots: [ReadySlot] = []
+        var orders: Set<[UInt64]> = []
+        let clamp: UInt64 = (1 << 55) - 1
+        while slots.count < 3_000 {
+            let id = Int.random(in: 0..<5, using: &random) == 0 ? "legacy-\(slots.count)" : RecordIdentifier.make()
+            let sequence = Int.random(in: 0..<10, using: &random) == 0
+                ? UInt64.random(in: clamp...UInt64.max, using: &random) : UInt64.random(in: 0...clamp, using: &random)
+            var slot = ReadySlot(id: id, order: RunOrder(priority: Int.random(in: -200...200, using: &random), enqueueSequence: sequence))
+            slot.round = UInt64.random(in: 0..<4, using: &random) * UInt64.random(in: 0...UInt64.max / 4, using: &random)
+            let order = [UInt64(bitPattern: Int64(-slot.order.priority)), slot.round, min(sequence, clamp)]
+            guard orders.insert(order).inserted else { continue }
+            slots.append(slot)
+        }
+
+        // When they are inserted in random order and popped
+        var ready = PersistentOperationQueue.ReadyQueue()
+        for slot in slots.shuffled(using: &random) { ready.insert(slot) }
+        var popped: [ReadySlot] = []
+        while let next = ready.popFirst() { popped.append(next) }
+
+        // Then each comes back once, with its identifier, order and turn exactly, in run order
+        func describe(_ slot: ReadySlot) -> String { "\(slot.id) \(slot.order.priority) \(slot.round) \(slot.order.enqueueSequence)" }
+        let sameSlots = popped.map(describe).sorted() == slots.map(describe).sorted()
+        #expect(sameSlots)
+        let inOrder = zip(popped, popped.dropFirst()).allSatisfy { first, second in !ReadySlot.runsBefore(second, first) }
+        #expect(inOrder)
+        #expect(ready.isEmpty)
     }
 
     @Test func aLongRunIsGivenBackAsItIsReadAndASecondRunMergesWithTheRestOfTheFirst() {
