@@ -249,8 +249,8 @@ extension PersistentOperationQueue {
         }
     }
 
-    /// A due operation waiting for room in the `OperationQueue`: 40 bytes (a heap of a million
-    /// due takes 40 MB).
+    /// A due operation waiting for room in the `OperationQueue`: 40 bytes (``ReadyQueue``'s
+    /// heap packs one into 32: a heap of a million due takes 32 MB).
     struct ReadySlot: Sendable {
         /// The entry's identifier, held without an allocation.
         var key: RecordKey

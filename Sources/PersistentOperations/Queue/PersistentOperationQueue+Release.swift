@@ -19,7 +19,7 @@ import Foundation
 // - The entry of a parked operation that is gone keeps nothing of it: each add looks at a few
 //   whole entries (twice as many as it adds, from where the last add stopped) and drops the
 //   operation's key of those whose parked operation no longer exists, so that an entry left
-//   with nothing but its record is held compact (72 bytes), as a restored one is.
+//   with nothing but its record is held compact (64 bytes), as a restored one is.
 //
 // Never parked, because they carry what a payload cannot rebuild or a cancel the queue would not
 // see: operations added with `EnqueueOptions.keepsOperationAlive`, those with a completion block

@@ -326,13 +326,13 @@ extension JournalStore {
             // A large body (a batch) is written after its header as it is, piece by piece: a
             // copy of it behind the header would double what a large `addOperations` holds
             // while it writes. A small one is copied, for one write instead of two.
-            let header = Data(try frame.header(salt: active.salt, maximumSize: configuration.maximumFrameSize))
+            let header = try frame.header(salt: active.salt, maximumSize: configuration.maximumFrameSize)
             let (first, rest): (Data, [Data])
             if frame.size - JournalFrame.headerSize >= Self.bodyWrittenApartFrom {
-                (first, rest) = (header, frame.body)
+                (first, rest) = (Data(header), frame.body)
             } else {
                 var whole = Data(capacity: frame.size)
-                whole.append(header)
+                whole.append(contentsOf: header)
                 for piece in frame.body { whole.append(piece) }
                 (first, rest) = (whole, [])
             }

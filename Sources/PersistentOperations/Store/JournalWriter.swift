@@ -158,8 +158,9 @@ package final class JournalWriter: @unchecked Sendable {
         let count = rest.reduce(first.count) { $0 + $1.count }
         fillAheadIfNeeded(for: count)
         do {
-            var pieceOffset = offset
-            for piece in CollectionOfOne(first) + rest {
+            try writeWhole(first, at: offset)
+            var pieceOffset = offset + Int64(first.count)
+            for piece in rest {
                 try writeWhole(piece, at: pieceOffset)
                 pieceOffset += Int64(piece.count)
             }
