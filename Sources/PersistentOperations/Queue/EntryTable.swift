@@ -8,12 +8,13 @@ extension PersistentOperationQueue {
     /// An entry is large (240 bytes: its record, its phase and its bookkeeping, and its
     /// identifier's allocation of 80 more). A dictionary of entries keeps each one in its hash
     /// table, whose slots number a power of two at most three quarters full: at 100,000 entries
-    /// that is 262,144 slots of 256 bytes, 67 MB. Here only the small position table pays for
-    /// the empty slots. And an entry that only waits its turn (see ``Entry/compacted(type:)``:
-    /// due or scheduled, nothing but its record) is kept compact, 64 bytes (its type identifier
-    /// an ordinal into ``TypeIdentifiers``) with its identifier held as a UUID, and made whole
-    /// again when it is read or changed; a backlog of a million takes about 86 MB instead of 330. Removing an entry moves the last one of its kind into its
-    /// place, so the order of iteration is no order at all, as a dictionary's.
+    /// that is 262,144 slots of 256 bytes, 67 MB. Here only the small position table pays for the
+    /// empty slots. And an entry that only waits its turn (see ``Entry/compacted(type:)``: due or
+    /// scheduled, nothing but its record) is kept compact, 64 bytes (its type identifier an ordinal
+    /// into ``TypeIdentifiers``) with its identifier held as a UUID, and made whole again when it
+    /// is read or changed; a backlog of a million takes about 88 MB instead of 330. Removing an
+    /// entry moves the last one of its kind into its place, so the order of iteration is no order
+    /// at all, as a dictionary's.
     ///
     /// ```swift
     /// let record = OperationRecord(typeIdentifier: "com.example.upload", payload: Data([1]), enqueueSequence: 1, enqueuedAt: Date())
