@@ -30,12 +30,9 @@ package enum ChunkedMap {
     package static func mapChunks<T: Sendable>(
         _ count: Int, minimumChunk: Int = minimumChunk, _ transform: @Sendable (Range<Int>) throws -> T
     ) throws -> [T] {
-        let chunks = count >= 2 * minimumChunk ? min(4 * cores, count / max(1, minimumChunk)) : 1
+        let chunks = chunkCount(count, minimumChunk: minimumChunk)
         return try map(chunks, minimumChunk: 1) { chunk in
-            // Chunk `chunk` takes its share of the indexes, the first ones one more.
-            let size = count / chunks, extra = count % chunks
-            let start = chunk * size + min(chunk, extra)
-            return try transform(start..<(start + size + (chunk < extra ? 1 : 0)))
+            try transform(range(ofChunk: chunk, of: chunks, count: count))
         }
     }
 
@@ -47,9 +44,7 @@ package enum ChunkedMap {
     package static func map<T: Sendable>(
         _ count: Int, minimumChunk: Int = minimumChunk, _ transform: @Sendable (Int) throws -> T
     ) throws -> [T] {
-        // Four chunks a core: a thread that joins late still takes a share, and one that is
-        // slowed down holds up less of the whole.
-        let chunks = count >= 2 * minimumChunk ? min(4 * cores, count / max(1, minimumChunk)) : 1
+        let chunks = chunkCount(count, minimumChunk: minimumChunk)
         guard chunks > 1 else { return try (0..<count).map(transform) }
         var values = [T?](repeating: nil, count: count)
         var failures = [(index: Int, error: any Error)?](repeating: nil, count: chunks)
@@ -58,10 +53,7 @@ package enum ChunkedMap {
                 // Each chunk writes only its own elements of both.
                 let slots = Slots(values: values, failures: failures)
                 DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
-                    // Chunk `chunk` takes its share of the indexes, the first ones one more.
-                    let size = count / chunks, extra = count % chunks
-                    let start = chunk * size + min(chunk, extra)
-                    for index in start..<(start + size + (chunk < extra ? 1 : 0)) {
+                    for index in range(ofChunk: chunk, of: chunks, count: count) {
                         do {
                             slots.values[index] = try transform(index)
                         } catch {
@@ -74,6 +66,21 @@ package enum ChunkedMap {
         }
         if let first = failures.lazy.compactMap({ $0 }).min(by: { $0.index < $1.index }) { throw first.error }
         return values.map { $0! }
+    }
+
+    /// How many chunks `count` elements are split into: one below two chunks' worth, else four
+    /// a core (a thread that joins late still takes a share, and one that is slowed down holds
+    /// up less of the whole), each of `minimumChunk` elements at least.
+    private static func chunkCount(_ count: Int, minimumChunk: Int) -> Int {
+        count >= 2 * minimumChunk ? min(4 * cores, count / max(1, minimumChunk)) : 1
+    }
+
+    /// The indexes chunk `chunk` of `chunks` takes of `0..<count`: its share, the first chunks
+    /// one more.
+    private static func range(ofChunk chunk: Int, of chunks: Int, count: Int) -> Range<Int> {
+        let size = count / chunks, extra = count % chunks
+        let start = chunk * size + min(chunk, extra)
+        return start..<(start + size + (chunk < extra ? 1 : 0))
     }
 
     /// The buffers the chunks write, each chunk its own elements.
