@@ -1,0 +1,401 @@
+import Foundation
+
+// Journal hint format, version 1
+// ==============================
+//
+// A hint file sits beside a sealed segment (one no frame will be appended to) and says, in
+// the order of its frames, what each frame does to the journal's index, without the records'
+// payloads: an open reads a million records' hints (about 90 MB) instead of their segments
+// (about 600 MB with the typical payload), and a restore reads them again instead of every
+// record. The idea is Bitcask's hint files. A hint is derived data: the segment stays the
+// truth, and a hint that is missing, damaged, or names another segment is ignored and the
+// segment is read instead.
+//
+//     offset  size  field
+//     0       8     magic: 0x89 'O' 'P' 'H' 0x0D 0x0A 0x1A 0x0A
+//     8       2     format version (1)
+//     10      2     reserved, must be 0
+//     12      4     the segment's salt
+//     16      8     the segment's number
+//     24      4     the segment's generation
+//     28      4     number of entries
+//     32      8     the segment's valid end: the offset just past its last frame
+//     40      8     offset of the table of type identifiers
+//     48      4     number of type identifiers
+//     52      4     CRC-32 (IEEE, as zlib) of bytes 0..<52
+//     56            entries, one per frame or batch part, in segment order
+//                   the table of type identifiers: each a 2-byte length and UTF-8 bytes
+//     end - 4 4     CRC-32 of the bytes from offset 56 to here
+//
+// (The type identifiers follow the entries, and the header has a checksum of its own, so
+// that a large hint is written as it is made, its header last.)
+//
+// Numbers are little-endian. An entry starts with a tag byte:
+//
+// - 1 (a put frame's record), 2 (a record in a batch frame), 3 (a move to the failed area):
+//       8 offset of the record's bytes (the frame, or the part in the batch's body)
+//       4 their length
+//       1 flags: 1 plain, 2 periodic, 4 due date, 8 idempotency key, 16 not-before date,
+//         32 next-attempt date
+//       16 the record's identifier (UUID bytes)
+//       8 enqueue sequence, 8 priority, 4 type (index into the identifiers), 8 attempts in flight
+//       [8 due date, seconds since the reference date]   when flag 4
+//       [2 length and UTF-8 bytes of the idempotency key] when flag 8
+//       when flag 1 (the record has only the fields every record has, see
+//       `RecordFormat.plainFields`): 2 format version, 8 enqueue date,
+//       [8 not-before] when flag 16, [8 next-attempt] when flag 32, 8 retries, 8 attempts
+// - 4 (any other frame: a removal, a retired key, an attempt marker):
+//       8 offset of the frame, 1 kind, 4 body length, the body
+//
+// A hint is written (to a temporary name, then renamed) only for a segment that is sealed and
+// flushed, and only when every byte of the segment verified and every record in it was read:
+// a segment with damage keeps being scanned, so that its damage is reported at each open as
+// before. A hint is not flushed: a power cut can leave it torn, and its checksum then fails.
+
+/// What the frames of one sealed journal segment do to the index: see the format description
+/// at the top of this file.
+///
+/// ```swift
+/// let fields = RecordFormat.IndexFields(id: UUID(), enqueueSequence: 1, priority: 0, typeIdentifier: "com.example.upload", attemptsInFlight: 0)
+/// let record = JournalHint.Record(kind: .put, offset: 32, length: 700, fields: fields, plain: nil)
+/// let hint = JournalHint(salt: 7, number: 1, generation: 0, validEnd: 732, entries: [.record(record)])
+/// let same = JournalHint.decode(hint.encoded()) == hint   // true
+/// ```
+package struct JournalHint: Equatable, Sendable {
+    /// The magic bytes at the start of every hint file.
+    package static let magic: [UInt8] = [0x89, 0x4F, 0x50, 0x48, 0x0D, 0x0A, 0x1A, 0x0A]
+    /// The format version this library writes and reads.
+    package static let formatVersion = 1
+    /// The extension of hint files: `<segment name without its extension>.hint`.
+    package static let fileExtension = "hint"
+
+    /// A record a frame puts in the index.
+    package struct Record: Equatable, Sendable {
+        package enum Kind: UInt8, Sendable {
+            /// A put frame: the record is pending, its bytes are the frame.
+            case put = 1
+            /// A record of a batch frame: pending, its bytes are its part of the batch's body.
+            case batchPart = 2
+            /// A move to the failed area: its bytes are the frame.
+            case moveToFailed = 3
+        }
+
+        package var kind: Kind
+        /// Where the record's bytes start in the segment.
+        package var offset: Int64
+        /// Their length.
+        package var length: Int32
+        package var fields: RecordFormat.IndexFields
+        /// Its fields when it is a plain record (only the fields every record has), for a
+        /// restore that reads no payload; nil otherwise.
+        package var plain: RecordFormat.PlainFields?
+
+        package init(kind: Kind, offset: Int64, length: Int32, fields: RecordFormat.IndexFields, plain: RecordFormat.PlainFields?) {
+            self.kind = kind
+            self.offset = offset
+            self.length = length
+            self.fields = fields
+            self.plain = plain
+        }
+    }
+
+    /// What one frame (or one record of a batch frame) does.
+    package enum Entry: Equatable, Sendable {
+        case record(Record)
+        /// A frame that keeps no record (a removal, a retired key, an attempt marker), whole.
+        case frame(offset: Int64, kind: JournalFrame.Kind, body: Data)
+    }
+
+    package var salt: UInt32
+    package var number: UInt64
+    package var generation: UInt32
+    /// The offset just past the segment's last frame.
+    package var validEnd: Int64
+    package var entries: [Entry]
+
+    package init(salt: UInt32, number: UInt64, generation: UInt32, validEnd: Int64, entries: [Entry]) {
+        self.salt = salt
+        self.number = number
+        self.generation = generation
+        self.validEnd = validEnd
+        self.entries = entries
+    }
+
+    private enum Flag {
+        static let plain: UInt8 = 1
+        static let periodic: UInt8 = 2
+        static let due: UInt8 = 4
+        static let key: UInt8 = 8
+        static let notBefore: UInt8 = 16
+        static let nextAttemptAt: UInt8 = 32
+    }
+
+    /// The hint file's bytes.
+    package func encoded() -> Data {
+        var encoder = Encoder()
+        for entry in entries { encoder.append(entry) }
+        let (head, tail) = encoder.finish(salt: salt, number: number, generation: generation, validEnd: validEnd)
+        return Data(head + encoder.takeBytes() + tail)
+    }
+
+    /// The size of a hint file's header.
+    package static let headerSize = 56
+
+    /// Makes a hint file's bytes an entry at a time: ``takeBytes()`` hands on the entries'
+    /// bytes made so far (to be written from offset ``JournalHint/headerSize`` on, one after
+    /// another), and ``finish(salt:number:generation:validEnd:)`` the header (for offset 0)
+    /// and the bytes that end the file. A large segment's hint is written as it is made.
+    package struct Encoder {
+        private var body = HintWriter()
+        private var types: [String] = []
+        private var typeOrdinals: [String: UInt32] = [:]
+        private var count: UInt32 = 0
+        /// The bytes of the entries taken so far, and their checksum.
+        private var taken = 0
+        private var checksum: UInt32?
+
+        package init() {}
+
+        /// The bytes made and not taken yet.
+        package var pendingByteCount: Int { body.bytes.count }
+
+        private mutating func ordinal(_ type: String) -> UInt32 {
+            if let ordinal = typeOrdinals[type] { return ordinal }
+            let ordinal = UInt32(types.count)
+            types.append(type)
+            typeOrdinals[type] = ordinal
+            return ordinal
+        }
+
+        package mutating func append(_ entry: Entry) {
+            count += 1
+            switch entry {
+            case .record(let record):
+                let fields = record.fields
+                var flags: UInt8 = 0
+                if record.plain != nil { flags |= Flag.plain }
+                if fields.isPeriodic { flags |= Flag.periodic }
+                if fields.dueDate != nil { flags |= Flag.due }
+                if fields.idempotencyKey != nil { flags |= Flag.key }
+                if record.plain?.notBefore != nil { flags |= Flag.notBefore }
+                if record.plain?.nextAttemptAt != nil { flags |= Flag.nextAttemptAt }
+                body.append(UInt8(record.kind.rawValue))
+                body.append(UInt64(bitPattern: record.offset))
+                body.append(UInt32(bitPattern: record.length))
+                body.append(flags)
+                withUnsafeBytes(of: fields.id.uuid) { body.bytes.append(contentsOf: $0) }
+                body.append(fields.enqueueSequence)
+                body.append(UInt64(bitPattern: Int64(fields.priority)))
+                body.append(ordinal(fields.typeIdentifier))
+                body.append(UInt64(bitPattern: Int64(fields.attemptsInFlight)))
+                if let due = fields.dueDate { body.append(due.timeIntervalSinceReferenceDate.bitPattern) }
+                if let key = fields.idempotencyKey { body.appendString(key) }
+                if let plain = record.plain {
+                    body.append(UInt16(truncatingIfNeeded: plain.formatVersion))
+                    body.append(plain.enqueuedAt.bitPattern)
+                    if let notBefore = plain.notBefore { body.append(notBefore.bitPattern) }
+                    if let next = plain.nextAttemptAt { body.append(next.bitPattern) }
+                    body.append(UInt64(bitPattern: Int64(plain.numberOfRetries)))
+                    body.append(UInt64(bitPattern: Int64(plain.numberOfAttempts)))
+                }
+            case .frame(let offset, let kind, let frameBody):
+                body.append(UInt8(4))
+                body.append(UInt64(bitPattern: offset))
+                body.append(kind.rawValue)
+                body.append(UInt32(frameBody.count))
+                body.bytes.append(contentsOf: frameBody)
+            }
+        }
+
+        /// The entries' bytes made since the last call.
+        package mutating func takeBytes() -> [UInt8] {
+            let bytes = body.bytes
+            body.bytes = []
+            body.bytes.reserveCapacity(bytes.count)
+            checksum = checksum.map { CRC32.checksum(of: bytes, continuing: $0) } ?? CRC32.checksum(of: bytes)
+            taken += bytes.count
+            return bytes
+        }
+
+        /// The header, and the bytes that end the file (after the entries' last bytes,
+        /// which ``takeBytes()`` then hands on).
+        package mutating func finish(salt: UInt32, number: UInt64, generation: UInt32, validEnd: Int64) -> (header: [UInt8], tail: [UInt8]) {
+            let rest = takeBytes()
+            var tail = HintWriter()
+            for type in types { tail.appendString(type) }
+            let bodyChecksum = checksum.map { CRC32.checksum(of: tail.bytes, continuing: $0) } ?? CRC32.checksum(of: tail.bytes)
+            tail.append(bodyChecksum)
+            var header = HintWriter()
+            header.bytes.append(contentsOf: JournalHint.magic)
+            header.append(UInt16(JournalHint.formatVersion))
+            header.append(UInt16(0))
+            header.append(salt)
+            header.append(number)
+            header.append(generation)
+            header.append(count)
+            header.append(UInt64(bitPattern: validEnd))
+            header.append(UInt64(JournalHint.headerSize + taken))
+            header.append(UInt32(types.count))
+            header.append(CRC32.checksum(of: header.bytes))
+            // (`rest` was the last of the entries: handed on with the tail.)
+            return (header.bytes, rest + tail.bytes)
+        }
+    }
+
+    /// The hint a hint file holds, or nil when it is not a whole, intact hint of this format
+    /// version (damaged, torn, or written by a newer library): the caller reads the segment.
+    ///
+    /// Type identifiers are taken from `typeIdentifiers` when there (the same `String` is
+    /// used) and added to it otherwise, so that a million records of a few types make a few
+    /// strings.
+    package static func decode(_ data: Data, typeIdentifiers: inout [String]) -> JournalHint? {
+        data.withUnsafeBytes { raw -> JournalHint? in
+            guard raw.count >= headerSize + 4, raw.starts(with: magic) else { return nil }
+            func checksum(_ range: Range<Int>) -> UInt32 {
+                CRC32.checksum(of: UnsafeRawBufferPointer(rebasing: raw[range]).bindMemory(to: UInt8.self))
+            }
+            guard checksum(0..<52) == raw.loadUnaligned(fromByteOffset: 52, as: UInt32.self).littleEndian,
+                  checksum(headerSize..<(raw.count - 4)) == raw.loadUnaligned(fromByteOffset: raw.count - 4, as: UInt32.self).littleEndian
+            else { return nil }
+            var reader = HintReader(bytes: UnsafeRawBufferPointer(rebasing: raw[..<(raw.count - 4)]), position: 8)
+            return reader.hint(typeIdentifiers: &typeIdentifiers)
+        }
+    }
+
+    /// ``decode(_:typeIdentifiers:)`` with a table of type identifiers of its own.
+    package static func decode(_ data: Data) -> JournalHint? {
+        var typeIdentifiers: [String] = []
+        return decode(data, typeIdentifiers: &typeIdentifiers)
+    }
+}
+
+/// Little-endian appends for ``JournalHint/encoded()``.
+private struct HintWriter {
+    var bytes: [UInt8] = []
+
+    mutating func append<Value: FixedWidthInteger>(_ value: Value) {
+        withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+    }
+
+    mutating func appendString(_ string: String) {
+        let utf8 = Array(string.utf8.prefix(Int(UInt16.max)))
+        append(UInt16(utf8.count))
+        bytes.append(contentsOf: utf8)
+    }
+}
+
+/// Bounds-checked little-endian reads for ``JournalHint/decode(_:typeIdentifiers:)``: any
+/// read past the end makes the hint invalid.
+private struct HintReader {
+    let bytes: UnsafeRawBufferPointer
+    var position: Int
+
+    mutating func read<Value: FixedWidthInteger>(_: Value.Type) -> Value? {
+        let size = MemoryLayout<Value>.size
+        guard position <= bytes.count - size else { return nil }
+        defer { position += size }
+        return Value(littleEndian: bytes.loadUnaligned(fromByteOffset: position, as: Value.self))
+    }
+
+    mutating func readDouble() -> Double? {
+        read(UInt64.self).map(Double.init(bitPattern:))
+    }
+
+    mutating func readBytes(_ count: Int) -> UnsafeRawBufferPointer? {
+        guard count >= 0, position <= bytes.count - count else { return nil }
+        defer { position += count }
+        return UnsafeRawBufferPointer(rebasing: bytes[position..<(position + count)])
+    }
+
+    mutating func readString() -> String? {
+        guard let count = read(UInt16.self), let utf8 = readBytes(Int(count)) else { return nil }
+        return String(validating: utf8.bindMemory(to: UInt8.self), as: UTF8.self)
+    }
+
+    mutating func int(_ value: UInt64?) -> Int? {
+        value.flatMap { Int(exactly: Int64(bitPattern: $0)) }
+    }
+
+    mutating func hint(typeIdentifiers: inout [String]) -> JournalHint? {
+        guard let version = read(UInt16.self), Int(version) == JournalHint.formatVersion, read(UInt16.self) == 0,
+              let salt = read(UInt32.self), let number = read(UInt64.self), let generation = read(UInt32.self),
+              let entryCount = read(UInt32.self), let validEnd = read(UInt64.self), let tableOffset = read(UInt64.self),
+              let typeCount = read(UInt32.self), tableOffset >= UInt64(JournalHint.headerSize), tableOffset <= UInt64(bytes.count),
+              Int(typeCount) <= bytes.count, Int(entryCount) <= bytes.count
+        else { return nil }
+        // The table of type identifiers, after the entries.
+        position = Int(tableOffset)
+        var types: [String] = []
+        types.reserveCapacity(Int(typeCount))
+        for _ in 0..<typeCount {
+            guard let type = readString() else { return nil }
+            if let known = typeIdentifiers.first(where: { $0 == type }) {
+                types.append(known)
+            } else {
+                typeIdentifiers.append(type)
+                types.append(type)
+            }
+        }
+        guard position == bytes.count else { return nil }
+        var entries: [JournalHint.Entry] = []
+        entries.reserveCapacity(Int(entryCount))
+        position = JournalHint.headerSize
+        for _ in 0..<entryCount {
+            guard let entry = entry(types: types) else { return nil }
+            entries.append(entry)
+        }
+        guard position == Int(tableOffset) else { return nil }
+        return JournalHint(salt: salt, number: number, generation: generation, validEnd: Int64(bitPattern: validEnd), entries: entries)
+    }
+
+    private mutating func entry(types: [String]) -> JournalHint.Entry? {
+        guard let tag = read(UInt8.self) else { return nil }
+        if tag == 4 {
+            guard let offset = read(UInt64.self), let kindValue = read(UInt8.self), let kind = JournalFrame.Kind(rawValue: kindValue),
+                  kind == .remove || kind == .retire || kind == .attempt,
+                  let count = read(UInt32.self), let body = readBytes(Int(count)) else { return nil }
+            return .frame(offset: Int64(bitPattern: offset), kind: kind, body: Data(body))
+        }
+        guard let kind = JournalHint.Record.Kind(rawValue: tag), let offset = read(UInt64.self), let length = read(UInt32.self),
+              let flags = read(UInt8.self), let idBytes = readBytes(16), let sequence = read(UInt64.self),
+              let priority = int(read(UInt64.self)), let type = read(UInt32.self), Int(type) < types.count,
+              let attemptsInFlight = int(read(UInt64.self)) else { return nil }
+        var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &uuid) { $0.copyMemory(from: idBytes) }
+        let id = UUID(uuid: uuid)
+        var fields = RecordFormat.IndexFields(
+            id: id, enqueueSequence: sequence, priority: priority, typeIdentifier: types[Int(type)], attemptsInFlight: attemptsInFlight
+        )
+        fields.isPeriodic = flags & 2 != 0
+        if flags & 4 != 0 {
+            guard let due = readDouble() else { return nil }
+            fields.dueDate = Date(timeIntervalSinceReferenceDate: due)
+        }
+        if flags & 8 != 0 {
+            guard let key = readString() else { return nil }
+            fields.idempotencyKey = key
+        }
+        var plain: RecordFormat.PlainFields?
+        if flags & 1 != 0 {
+            guard let formatVersion = read(UInt16.self), let enqueuedAt = readDouble() else { return nil }
+            var notBefore: Double?
+            var nextAttemptAt: Double?
+            if flags & 16 != 0 {
+                guard let value = readDouble() else { return nil }
+                notBefore = value
+            }
+            if flags & 32 != 0 {
+                guard let value = readDouble() else { return nil }
+                nextAttemptAt = value
+            }
+            guard let retries = int(read(UInt64.self)), let attempts = int(read(UInt64.self)) else { return nil }
+            plain = RecordFormat.PlainFields(
+                key: UUIDBits(id), typeIdentifier: fields.typeIdentifier, formatVersion: Int(formatVersion), priority: priority,
+                enqueueSequence: sequence, enqueuedAt: enqueuedAt, notBefore: notBefore, nextAttemptAt: nextAttemptAt,
+                numberOfRetries: retries, numberOfAttempts: attempts, attemptsInFlight: attemptsInFlight
+            )
+        }
+        guard Int32(exactly: length) != nil else { return nil }
+        return .record(JournalHint.Record(kind: kind, offset: Int64(bitPattern: offset), length: Int32(length), fields: fields, plain: plain))
+    }
+}
