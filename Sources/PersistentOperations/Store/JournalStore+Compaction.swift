@@ -155,11 +155,15 @@ extension JournalStore {
         var moves: [(id: UUID, from: JournalIndex.Location, to: JournalIndex.Location)] = []
         moves.reserveCapacity(plan.records.count)
         var markerBytes: Int64 = 0
+        // The new segment's hint, made as its frames are (see `JournalStore+Hints`); nil once
+        // a record's fields could not be read from its bytes (the segment is then read at open).
+        var hint: JournalHint.Encoder? = JournalHint.Encoder()
+        var typeIdentifiers: [String] = []
+        var written: Int64 = 0
         do {
             let descriptor = try fileSystem.open(temporaryPath, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
             defer { try? fileSystem.close(descriptor) }
             var buffer = JournalSegment.header(salt: salt, number: plan.target.number)
-            var written: Int64 = 0
             func drain() throws {
                 try buffer.withUnsafeBytes { bytes in
                     var done = 0
@@ -183,10 +187,23 @@ extension JournalStore {
                 let offset = written + Int64(buffer.count)
                 try frame.append(to: &buffer, salt: salt, maximumSize: configuration.maximumFrameSize)
                 moves.append((id, entry.location, .init(segment: plan.target, offset: offset, length: Int32(frame.size), isFrame: true)))
+                if hint != nil {
+                    if let fields = try? Self.indexFields(record, maximumSize: configuration.maximumRecordSize, typeIdentifiers: &typeIdentifiers) {
+                        let plain = RecordFormat.plainFields(
+                            of: record, maximumSize: configuration.maximumRecordSize, checksumVerified: false, typeIdentifiers: &typeIdentifiers
+                        ).flatMap { $0.key.uuid == fields.id ? $0 : nil }
+                        hint?.append(.record(JournalHint.Record(
+                            kind: entry.area == .pending ? .put : .moveToFailed, offset: offset, length: Int32(frame.size), fields: fields, plain: plain
+                        )))
+                    } else {
+                        hint = nil
+                    }
+                }
                 if buffer.count >= 1 << 20 { try drain() }
             }
             // The frames that keep no record: attempt markers, then remembered keys.
             func appendMarker(_ frame: JournalFrame) throws {
+                hint?.append(.frame(offset: written + Int64(buffer.count), kind: frame.kind, body: frame.body))
                 try frame.append(to: &buffer, salt: salt, maximumSize: configuration.maximumFrameSize)
                 markerBytes += Int64(frame.size)
                 if buffer.count >= 1 << 20 { try drain() }
@@ -239,6 +256,14 @@ extension JournalStore {
 
         // Step 4: remove the old segments, oldest first.
         try removeSegments(plan.sealed)
+        if var hint, Self.writeHint(&hint, for: plan.target, salt: salt, validEnd: written, journalPath: journalPath, configuration: configuration) {
+            let kept = state.withLock { state -> Bool in
+                guard state.segments[plan.target] != nil, !state.isClosed else { return false }
+                state.hinted.insert(plan.target)
+                return true
+            }
+            if !kept { try? fileSystem.unlink(journalPath + "/" + plan.target.hintFileName) }
+        }
     }
 
     /// Forgets merged (or dead) segments and counts the compaction; returns their writers, to
@@ -250,6 +275,7 @@ extension JournalStore {
             state.sizes[name] = nil
             state.index.forgetSegment(name)
             state.remembered.forgetSegment(name)
+            state.hinted.remove(name)
             if let writer = state.sealedWriters.removeValue(forKey: name) { retired.append(writer) }
         }
         state.compactions += 1
@@ -261,6 +287,9 @@ extension JournalStore {
     private func removeSegments(_ segments: [JournalSegmentName]) throws {
         let fileSystem = configuration.fileSystem
         for name in segments.sorted() {
+            // (The hint first: a hint without its segment is removed at open, but a segment
+            // is never left with a hint that names it and might not.)
+            try? fileSystem.unlink(journalPath + "/" + name.hintFileName)
             try fileSystem.unlink(journalPath + "/" + name.fileName)
             if configuration.flushes { try fileSystem.synchronizeDirectory(journalPath) }
         }

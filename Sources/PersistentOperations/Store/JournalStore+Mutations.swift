@@ -395,6 +395,8 @@ extension JournalStore {
         state.active = segment
         state.segments[next] = segment.file
         state.sizes[next] = Int64(JournalSegment.headerSize)
+        // (Dispatched, not run: the hint is made on the compaction queue, without the lock.)
+        hintSegmentsLater([old.file.name])
     }
 
     func checkWritable(_ state: State) throws {

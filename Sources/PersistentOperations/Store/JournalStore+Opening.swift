@@ -23,6 +23,8 @@ extension JournalStore {
     struct Opened {
         var state: State
         var report: OpenReport
+        /// The sealed segments that have no hint yet (see `JournalStore+Hints`).
+        var unhinted: [JournalSegmentName] = []
     }
 
     /// How many times a read-only open starts over when a segment it listed is gone.
@@ -81,6 +83,12 @@ extension JournalStore {
             try? fileSystem.unlink(journalPath + "/" + JournalSegmentName.temporaryFileName)
         }
         let segments = names.compactMap(JournalSegmentName.init(fileName:)).sorted()
+        let hinted = Set(names.compactMap(JournalSegmentName.init(hintFileName:)))
+        if !configuration.isReadOnly {
+            for name in names where name.hasSuffix("." + JournalHint.fileExtension + JournalSegmentName.hintTemporarySuffix) {
+                try? fileSystem.unlink(journalPath + "/" + name)
+            }
+        }
         var lastScan: (name: JournalSegmentName, scan: JournalSegmentScan, size: Int)?
         // Segments are read, verified and their records peeked on a thread of their own, one
         // ahead of this one, which indexes them (see `ReadAhead`): opening a million records
@@ -89,6 +97,12 @@ extension JournalStore {
         defer { pages.close() }
         let typeIdentifiers = InternedStrings()
         let reader = ReadAhead(count: segments.count, name: "PersistentOperations.open") { index in
+            // A sealed segment's hint instead of the segment, when it holds. (Never the last
+            // segment's: it is the one appended to.)
+            if index < segments.count - 1, hinted.contains(segments[index]),
+               let (hint, file) = readHint(for: segments[index], journalPath: journalPath, configuration: configuration, typeIdentifiers: &typeIdentifiers.strings) {
+                return ReadSegment(file: file, bytes: Data(), scan: JournalSegmentScan(), peeked: [], hint: hint)
+            }
             let path = journalPath + "/" + segments[index].fileName
             return try read(segments[index], journalPath: journalPath, configuration: configuration, typeIdentifiers: &typeIdentifiers.strings) { count in
                 try pages.bytes(count, path: path)
@@ -100,7 +114,13 @@ extension JournalStore {
             let bytes = read.bytes
             let scan = read.scan
             state.segments[name] = read.file
-            state.sizes[name] = Int64(scan.validEnd(segmentSize: bytes.count))
+            state.sizes[name] = read.hint?.validEnd ?? Int64(scan.validEnd(segmentSize: bytes.count))
+            if let hint = read.hint {
+                state.hinted.insert(name)
+                for entry in hint.entries {
+                    applyHinted(entry, in: name, to: &state, report: &report, quarantine: quarantine)
+                }
+            }
             for (located, peeked) in zip(scan.frames, read.peeked) {
                 apply(located, peeked: peeked, in: name, to: &state, report: &report, quarantine: quarantine, segmentBytes: bytes)
             }
@@ -119,13 +139,13 @@ extension JournalStore {
                 }
             }
             if name == segments.last { lastScan = (name, scan, bytes.count) }
-            if name == segments.first, segments.count > 1, !bytes.isEmpty {
+            if name == segments.first, segments.count > 1, let size = state.sizes[name], size > 0 {
                 // Room for as many records as the first segment suggests the others hold, so
                 // that the index is not grown, and every entry moved, again and again.
                 let totalBytes = segments.reduce(0) { total, segment in
                     total + Int((try? fileSystem.linkStatus(journalPath + "/" + segment.fileName).size) ?? 0)
                 }
-                let estimate = Double(state.index.entries.count) * Double(totalBytes) / Double(bytes.count)
+                let estimate = Double(state.index.entries.count) * Double(totalBytes) / Double(size)
                 state.index.reserveCapacity(Int(min(estimate * 1.02, Double(Int32.max))))
             }
         }
@@ -144,15 +164,24 @@ extension JournalStore {
             )
         }
         guard state.failure == nil else { return Opened(state: state, report: report) }
+        // Hints whose segment is gone, and the hint of the segment appended to from now on
+        // (removed, durably, before anything is appended to it).
+        var removedHint = false
+        for name in hinted where state.segments[name] == nil || name == segments.last {
+            removedHint = (try? fileSystem.unlink(journalPath + "/" + name.hintFileName)) != nil || removedHint
+            state.hinted.remove(name)
+        }
+        if removedHint, configuration.flushes { try? fileSystem.synchronizeDirectory(journalPath) }
         try startActiveSegment(after: lastScan, state: &state, report: &report, quarantine: quarantine, journalPath: journalPath, configuration: configuration)
         removeReplacedSegments(state: &state, journalPath: journalPath, configuration: configuration)
-        return Opened(state: state, report: report)
+        let unhinted = state.segments.keys.filter { $0 != state.active?.file.name && !state.hinted.contains($0) }.sorted()
+        return Opened(state: state, report: report, unhinted: unhinted)
     }
 
     /// Reads one segment: opens it, reads it whole, scans it and peeks the index fields of
     /// the records its frames hold, touching no state (an open runs it ahead, see
     /// ``ReadAhead``).
-    fileprivate static func read(
+    static func read(
         _ name: JournalSegmentName, journalPath: String, configuration: Configuration, typeIdentifiers: inout [String],
         buffer: (Int) throws -> Data
     ) throws -> ReadSegment {
@@ -183,11 +212,11 @@ extension JournalStore {
         let salt = scan.header?.salt ?? scan.frames.first.flatMap { frameSalt(bytes, at: $0.offset) }
         let file = JournalSegmentFile(name: name, path: path, salt: salt, descriptor: descriptor, fileSystem: fileSystem)
         let peeked = scan.frames.map { peek($0, maximumRecordSize: configuration.maximumRecordSize, typeIdentifiers: &typeIdentifiers) }
-        return ReadSegment(file: file, bytes: bytes, scan: scan, peeked: peeked)
+        return ReadSegment(file: file, bytes: bytes, scan: scan, peeked: peeked, hint: nil)
     }
 
     /// A segment as ``read(_:journalPath:configuration:typeIdentifiers:)`` read it.
-    fileprivate struct ReadSegment: @unchecked Sendable {
+    struct ReadSegment: @unchecked Sendable {
         // (@unchecked: handed from the reading thread to the indexing one, then used by that
         // one alone; every part is a value except `file`, which is Sendable.)
         var file: JournalSegmentFile
@@ -195,10 +224,12 @@ extension JournalStore {
         var scan: JournalSegmentScan
         /// What ``peek(_:maximumRecordSize:typeIdentifiers:)`` read of each of `scan.frames`.
         var peeked: [PeekedFrame]
+        /// The segment's hint, read instead of it (`bytes`, `scan` and `peeked` are then empty).
+        var hint: JournalHint?
     }
 
     /// The index fields of the records a frame holds, read ahead of indexing it.
-    fileprivate enum PeekedFrame {
+    enum PeekedFrame {
         /// A put or a move to the failed area: its record's fields.
         case record(RecordFormat.IndexFields)
         /// A batch: the fields of each record and where the record lies in the frame's body
@@ -241,7 +272,7 @@ extension JournalStore {
     /// with one bad record: the whole batch).
     private static func apply(
         _ located: JournalSegmentScan.LocatedFrame, peeked: PeekedFrame, in segment: JournalSegmentName, to state: inout State,
-        report: inout OpenReport, quarantine: Quarantine, segmentBytes: Data
+        report: inout OpenReport, quarantine: Quarantine, segmentBytes: Data?
     ) {
         let frame = located.frame
         let bodyOffset = Int64(located.offset + JournalFrame.headerSize)
@@ -251,7 +282,9 @@ extension JournalStore {
             if persistenceError?.code == .unsupportedFormatVersion {
                 report.skipped.append(.init(name: "\(segment.fileName)@\(located.offset)", reason: reason, code: .unsupportedFormatVersion))
             } else {
-                report.quarantined.append(quarantine.keep(segmentBytes[located.range], segment: segment, offset: located.offset, reason: reason))
+                // (A hinted frame's bytes are its frame's body: the segment was not read.)
+                let bytes = segmentBytes.map { $0[located.range] } ?? located.frame.body
+                report.quarantined.append(quarantine.keep(bytes, segment: segment, offset: located.offset, reason: reason))
             }
         }
         do {
@@ -291,10 +324,27 @@ extension JournalStore {
         }
     }
 
+    /// Applies what a hint says one frame (or record of a batch) does, as ``apply(_:peeked:in:to:report:quarantine:segmentBytes:)``
+    /// applies the frame.
+    private static func applyHinted(
+        _ entry: JournalHint.Entry, in segment: JournalSegmentName, to state: inout State, report: inout OpenReport, quarantine: Quarantine
+    ) {
+        switch entry {
+        case .record(let record):
+            let location = JournalIndex.Location(segment: segment, offset: record.offset, length: record.length, isFrame: record.kind != .batchPart)
+            state.index.set(record.fields, area: record.kind == .moveToFailed ? .failed : .pending, location: location)
+            state.lastEnqueueSequence = max(state.lastEnqueueSequence, record.fields.enqueueSequence)
+            if record.kind == .moveToFailed { state.attempts[record.fields.id] = nil }
+        case .frame(let offset, let kind, let body):
+            let located = JournalSegmentScan.LocatedFrame(frame: JournalFrame(kind: kind, body: body), offset: Int(offset))
+            apply(located, peeked: .other, in: segment, to: &state, report: &report, quarantine: quarantine, segmentBytes: nil)
+        }
+    }
+
     /// What the index needs of a record whose frame verified: read directly when it can be
     /// (``RecordFormat/indexFields(of:)``), else from the record decoded in full, which throws
     /// what is wrong with it. The rest of the record is verified when it is loaded.
-    private static func indexFields(_ body: Data, maximumSize: Int, typeIdentifiers: inout [String]) throws -> RecordFormat.IndexFields {
+    static func indexFields(_ body: Data, maximumSize: Int, typeIdentifiers: inout [String]) throws -> RecordFormat.IndexFields {
         if body.count <= maximumSize, let fields = RecordFormat.indexFields(of: body, typeIdentifiers: &typeIdentifiers) { return fields }
         let record = try RecordFormat.decode(body, maximumSize: maximumSize)
         guard let id = RecordIdentifier.uuid(record.id) else {
@@ -408,6 +458,8 @@ extension JournalStore {
     private static func removeReplacedSegments(state: inout State, journalPath: String, configuration: Configuration) {
         guard let newest = state.segments.keys.filter({ $0.generation > 0 }).max() else { return }
         for name in state.segments.keys.sorted() where name < newest && state.liveBytes(of: name) == 0 {
+            try? configuration.fileSystem.unlink(journalPath + "/" + name.hintFileName)
+            state.hinted.remove(name)
             guard (try? configuration.fileSystem.unlink(journalPath + "/" + name.fileName)) != nil else { return }
             if configuration.flushes { try? configuration.fileSystem.synchronizeDirectory(journalPath) }
             state.segments[name] = nil

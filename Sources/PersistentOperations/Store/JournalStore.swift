@@ -193,6 +193,8 @@ package final class JournalStore: Sendable {
         /// Why the store takes no changes, when it does not.
         var failure: PersistenceError?
         var compactions = 0
+        /// The sealed segments whose hint files hold (see `JournalStore+Hints`).
+        var hinted: Set<JournalSegmentName> = []
 
         /// The bytes of `segment` that records and remembered keys keep alive.
         func liveBytes(of segment: JournalSegmentName) -> Int64 {
@@ -234,6 +236,7 @@ package final class JournalStore: Sendable {
         openReport = opened.report
         state = Locked(opened.state)
         ensureReserve()
+        hintSegmentsLater(opened.unhinted)
     }
 
     deinit {
@@ -275,6 +278,8 @@ package final class JournalStore: Sendable {
     package var failedCount: Int { state.withLock { $0.index.failedCount } }
     /// How many compactions have completed since open (for tests).
     package var compactionCount: Int { state.withLock { $0.compactions } }
+    /// The file names of the segments whose hints were read at open or made since (for tests).
+    package var hintedSegmentNames: Set<String> { state.withLock { Set($0.hinted.map(\.fileName)) } }
 
     /// The total size of the segment files, in bytes.
     package var journalSize: Int64 {
@@ -408,7 +413,7 @@ package final class JournalStore: Sendable {
     ) throws -> [LoadReport.Entry] {
         // Where each pending record lies (32 bytes a record), in the segments' order: a
         // filtered copy of the index would hold every index entry of the area a second time.
-        var (files, order, replacements) = state.withLock { state -> ([JournalSegmentFile], [LocatedRecord], UInt64) in
+        var (files, order, replacements, hinted) = state.withLock { state -> ([JournalSegmentFile], [LocatedRecord], UInt64, Set<Int32>) in
             let names = state.segments.keys.sorted()
             let ordinals = Dictionary(uniqueKeysWithValues: names.enumerated().map { ($0.element, Int32($0.offset)) })
             var located: [LocatedRecord] = []
@@ -418,7 +423,8 @@ package final class JournalStore: Sendable {
                 let segment = ordinals[entry.location.segment] ?? -1
                 located.append(LocatedRecord(id: id, segment: segment, location: entry.location))
             }
-            return (names.map { state.segments[$0]! }, located, state.index.replacements)
+            let hinted = Set(names.indices.filter { state.hinted.contains(names[$0]) }.map { Int32($0) })
+            return (names.map { state.segments[$0]! }, located, state.index.replacements, hinted)
         }
         order.sortByPlace()
         var unreadable: [LoadReport.Entry] = []
@@ -438,7 +444,49 @@ package final class JournalStore: Sendable {
         let maximumRecordSize = configuration.maximumRecordSize
         // Each record is read, and peeked or decoded, on the thread that reads ahead; what
         // needs the caller's state (`plain`, `body`) runs here.
-        try readInWindows(order, files: files, listedAtReplacements: replacements, ahead: true) { [self] record, bytes, location, file -> PendingRecord in
+        // The plain records of a hinted segment are read from its hint, all at once (see
+        // `JournalStore+Hints`): the same fields, without reading the records.
+        let journalPath = journalPath
+        let fileSystem = configuration.fileSystem
+        let fromHint: (ArraySlice<LocatedRecord>, JournalSegmentFile) -> [PendingRecord?] = { window, file in
+            var typeIdentifiersOfHint = typeIdentifiers.strings
+            defer { typeIdentifiers.strings = typeIdentifiersOfHint }
+            let path = journalPath + "/" + file.name.hintFileName
+            guard let descriptor = try? fileSystem.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0) else { return Array(repeating: nil, count: window.count) }
+            let bytes = try? JournalSegmentFile.readWhole(path, descriptor: descriptor, fileSystem: fileSystem) { Data(count: $0) }
+            try? fileSystem.close(descriptor)
+            guard let bytes, let hint = JournalHint.decode(bytes, typeIdentifiers: &typeIdentifiersOfHint) else {
+                return Array(repeating: nil, count: window.count)
+            }
+            // Both in offset order: one walk.
+            var prepared: [PendingRecord?] = []
+            prepared.reserveCapacity(window.count)
+            var entries = hint.entries.makeIterator()
+            var entry = entries.next()
+            for record in window {
+                var found: RecordFormat.PlainFields?
+                while let current = entry {
+                    guard case .record(let hinted) = current else {
+                        entry = entries.next()
+                        continue
+                    }
+                    if hinted.offset < record.offset {
+                        entry = entries.next()
+                        continue
+                    }
+                    if hinted.offset == record.offset, hinted.length == record.length, hinted.kind != .moveToFailed,
+                       (hinted.kind == .batchPart) != record.isFrame, hinted.fields.id == record.id {
+                        found = hinted.plain
+                    }
+                    break
+                }
+                prepared.append(found.map { .plain($0) })
+            }
+            return prepared
+        }
+        try readInWindows(
+            order, files: files, listedAtReplacements: replacements, ahead: true, hinted: readsPlain ? hinted : [], fromHint: fromHint
+        ) { [self] record, bytes, location, file -> PendingRecord in
             // A plain record's frame (its own, or its batch's) was verified whole when the
             // journal was opened (an entry of the index is made only from a verified frame,
             // or from one this process wrote): its fields are read without computing a
@@ -513,17 +561,19 @@ package final class JournalStore: Sendable {
 
     /// The windows of `order` (sorted by segment and offset): runs of neighbours in one
     /// segment at most `maximumGap` bytes apart and ``readWindow`` bytes long in all (a
-    /// record larger than that is a window of its own).
-    private static func windows(of order: [LocatedRecord], maximumGap: Int64) -> [Range<Int>] {
+    /// record larger than that is a window of its own). The records of a segment in `whole`
+    /// are one window, whatever their spread (a hinted segment's, see `JournalStore+Hints`).
+    private static func windows(of order: [LocatedRecord], maximumGap: Int64, whole: Set<Int32> = []) -> [Range<Int>] {
         var windows: [Range<Int>] = []
         var first = 0
         while first < order.count {
             let segment = order[first].segment
             let start = order[first].offset
             var end = first + 1
+            let isWhole = whole.contains(segment)
             while end < order.count, order[end].segment == segment,
-                  order[end].offset - (order[end - 1].offset + Int64(order[end - 1].length)) <= maximumGap,
-                  order[end].offset + Int64(order[end].length) - start <= Int64(Self.readWindow) {
+                  isWhole || order[end].offset - (order[end - 1].offset + Int64(order[end - 1].length)) <= maximumGap,
+                  isWhole || order[end].offset + Int64(order[end].length) - start <= Int64(Self.readWindow) {
                 end += 1
             }
             windows.append(first..<end)
@@ -547,14 +597,19 @@ package final class JournalStore: Sendable {
     /// `body` is told how to read it.
     private func readInWindows<Prepared>(
         _ order: [LocatedRecord], files: [JournalSegmentFile], listedAtReplacements: UInt64, maximumGap: Int64 = .max, ahead: Bool,
+        hinted: Set<Int32> = [], fromHint: ((ArraySlice<LocatedRecord>, JournalSegmentFile) -> [Prepared?])? = nil,
         prepare: @escaping (LocatedRecord, Data, JournalIndex.Location, JournalSegmentFile) -> Prepared,
         _ body: (LocatedRecord, WindowedRecord<Prepared>) throws -> Void
     ) rethrows {
-        let windows = Self.windows(of: order, maximumGap: maximumGap)
+        let windows = Self.windows(of: order, maximumGap: maximumGap, whole: hinted)
         let pages = ahead ? MappedPages() : nil
         defer { pages?.close() }
         let reader = ReadAhead(count: windows.count, name: "PersistentOperations.restore", readsAhead: ahead) { index in
-            Self.prepareWindow(order[windows[index]], files: files, pages: pages, prepare: prepare)
+            let window = order[windows[index]]
+            if let fromHint, let first = window.first, hinted.contains(first.segment) {
+                return Self.prepareHintedWindow(window, files: files, maximumGap: maximumGap, pages: pages, fromHint: fromHint, prepare: prepare)
+            }
+            return Self.prepareWindow(window, files: files, pages: pages, prepare: prepare)
         }
         defer { reader.finish() }
         for range in windows {
@@ -583,6 +638,28 @@ package final class JournalStore: Sendable {
                 try body(record, .read(read.prepared[index]))
             }
         }
+    }
+
+    /// Prepares the records of `window`, all in one hinted segment: those `fromHint` makes
+    /// from the segment's hint, and the others read a window at a time.
+    private static func prepareHintedWindow<Prepared>(
+        _ window: ArraySlice<LocatedRecord>, files: [JournalSegmentFile], maximumGap: Int64, pages: MappedPages?,
+        fromHint: (ArraySlice<LocatedRecord>, JournalSegmentFile) -> [Prepared?],
+        prepare: (LocatedRecord, Data, JournalIndex.Location, JournalSegmentFile) -> Prepared
+    ) -> PreparedWindow<Prepared> {
+        guard let first = window.first, first.segment >= 0 else { return PreparedWindow(file: nil, prepared: []) }
+        let file = files[Int(first.segment)]
+        var prepared = fromHint(window, file)
+        let missing = prepared.indices.filter { prepared[$0] == nil }
+        if !missing.isEmpty {
+            let records = missing.map { window[window.startIndex + $0] }
+            for range in windows(of: records, maximumGap: maximumGap) {
+                let read = prepareWindow(records[range], files: files, pages: pages, prepare: prepare)
+                guard read.file != nil else { return PreparedWindow(file: nil, prepared: []) }
+                for (offset, value) in read.prepared.enumerated() { prepared[missing[range.lowerBound + offset]] = value }
+            }
+        }
+        return PreparedWindow(file: file, prepared: prepared.map { $0! })
     }
 
     /// Reads `window` with one read (into `pages`, when given) and prepares each record.

@@ -1,0 +1,217 @@
+import Foundation
+import Testing
+@testable import PersistentOperations
+
+/// Hint files: what a sealed segment's frames do to the index, read at open and restore
+/// instead of the segment, and never trusted over it.
+@Suite("Journal store: hint files of sealed segments", .timeLimit(.minutes(1)))
+struct JournalHintTests {
+    private static let configuration = JournalStore.Configuration(segmentSize: 4096, compactsAutomatically: false)
+
+    /// A record with only the fields every record has (a restore reads its fields from a hint).
+    private func plainRecord(_ index: Int) -> OperationRecord {
+        var record = OperationRecord(
+            typeIdentifier: index % 2 == 0 ? "com.example.upload" : "com.example.sync", payload: Data(repeating: UInt8(index % 251), count: 300),
+            priority: index % 3 - 1, enqueueSequence: UInt64(index + 1), enqueuedAt: Date(timeIntervalSinceReferenceDate: 760_000_000.25 + Double(index))
+        )
+        if index % 4 == 0 { record.notBefore = Date(timeIntervalSinceReferenceDate: 770_000_000 + Double(index)) }
+        if index % 5 == 0 { record.numberOfRetries = index }
+        return record
+    }
+
+    private func journalPath(_ directory: TemporaryDirectory) -> String {
+        StoreLayout(directory: directory.store).root + "/journal"
+    }
+
+    private func files(_ directory: TemporaryDirectory, ending suffix: String) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: journalPath(directory)).filter { $0.hasSuffix(suffix) }.sorted()
+    }
+
+    /// A store of many 4 KiB segments: plain records and records with tags, one rewritten,
+    /// one removed, one moved to the failed area, one with an attempt marker.
+    private func fillStore(_ directory: TemporaryDirectory) throws -> (pending: [OperationRecord], failed: OperationRecord) {
+        let store = try JournalStore(directory: directory.store, configuration: Self.configuration)
+        var records = (0..<40).map(plainRecord)
+        records += try (40..<60).map { try makeRecord(index: $0) }
+        for record in records { try store.add(record) }
+        records[3].numberOfRetries = 9
+        try store.update(records[3])
+        try store.removePending(id: records[10].id)
+        let failed = try store.moveToFailed(records[20], reason: "test")
+        try store.setAttemptMarker(AttemptMarker(attempts: 1), forRecord: records[30].id)
+        let batch = (60..<70).map(plainRecord)
+        try store.addBatch(batch)
+        records += batch
+        store.close()
+        return (records.enumerated().filter { $0.offset != 10 && $0.offset != 20 }.map(\.element), failed)
+    }
+
+    /// What a store reads: every pending record, the failed one, the attempt markers, and
+    /// the plain fields a restore is given.
+    private struct Contents: Equatable {
+        var pending: [String: OperationRecord]
+        var failed: OperationRecord?
+        var markers: [String: AttemptMarker]
+        var plain: [String: RecordFormat.PlainFields]
+        var others: Set<String>
+    }
+
+    private func contents(of store: JournalStore, failedID: String) throws -> Contents {
+        var plain: [String: RecordFormat.PlainFields] = [:]
+        var others: Set<String> = []
+        try store.forEachPendingRecord(plain: { plain[$0.id] = $0 }, { others.insert($0.id) })
+        var pending: [String: OperationRecord] = [:]
+        try store.forEachPendingRecord { pending[$0.id] = $0 }
+        return Contents(pending: pending, failed: try? store.readFailed(id: failedID), markers: store.attemptMarkers(), plain: plain, others: others)
+    }
+
+    @Test func aHintRoundTripsEveryKindOfEntryAndDamageMakesItUnreadable() throws {
+        // Given a hint with every kind of entry
+        var keyed = RecordFormat.IndexFields(id: UUID(), enqueueSequence: 3, priority: -2, typeIdentifier: "com.example.sync", attemptsInFlight: 1)
+        keyed.idempotencyKey = "order 42 ✓"
+        keyed.dueDate = Date(timeIntervalSinceReferenceDate: 800_000_000.5)
+        keyed.isPeriodic = true
+        let plainID = UUID()
+        let plainFields = RecordFormat.PlainFields(
+            key: UUIDBits(plainID), typeIdentifier: "com.example.upload", formatVersion: 5, priority: 4, enqueueSequence: 9,
+            enqueuedAt: 760_000_000.125, notBefore: 770_000_000, nextAttemptAt: nil, numberOfRetries: 2, numberOfAttempts: 3, attemptsInFlight: 0
+        )
+        var plainIndex = RecordFormat.IndexFields(id: plainID, enqueueSequence: 9, priority: 4, typeIdentifier: "com.example.upload", attemptsInFlight: 0)
+        plainIndex.dueDate = plainFields.dueDate
+        let hint = JournalHint(salt: 0xDEAD_BEEF, number: 12, generation: 3, validEnd: 40_000, entries: [
+            .record(.init(kind: .put, offset: 32, length: 700, fields: keyed, plain: nil)),
+            .record(.init(kind: .batchPart, offset: 760, length: 650, fields: plainIndex, plain: plainFields)),
+            .frame(offset: 2_000, kind: .remove, body: Data(UUID().uuidString.utf8)),
+            .record(.init(kind: .moveToFailed, offset: 3_000, length: 800, fields: plainIndex, plain: nil)),
+            .frame(offset: 4_000, kind: .attempt, body: Data("x 1 0 0 0".utf8)),
+        ])
+        let bytes = hint.encoded()
+        // Then it reads back as written
+        #expect(JournalHint.decode(bytes) == hint)
+        // And any damaged byte, or a cut anywhere, makes it unreadable (the segment is read)
+        var damagedReadable = 0
+        for position in stride(from: 0, to: bytes.count, by: 3) {
+            var damaged = bytes
+            damaged[position] ^= 0x10
+            if JournalHint.decode(damaged) != nil { damagedReadable += 1 }
+        }
+        #expect(damagedReadable == 0)
+        let cutReadable = stride(from: 0, to: bytes.count, by: 5).filter { JournalHint.decode(bytes.prefix($0)) != nil }
+        #expect(cutReadable.isEmpty)
+    }
+
+    @Test func sealedSegmentsGetHintsAndAnOpenReadsThemToTheSameContents() throws {
+        // Given a store of many segments, closed
+        let directory = try TemporaryDirectory()
+        let (pending, failed) = try fillStore(directory)
+        let segments = try files(directory, ending: ".segment")
+        let hints = try files(directory, ending: ".hint")
+        // Then every segment but the last has a hint
+        #expect(segments.count >= 8)
+        #expect(hints.count == segments.count - 1)
+        // When it is opened with its hints, and again without them
+        let hinted = try JournalStore(directory: directory.store, configuration: Self.configuration)
+        let hintedNames = hinted.hintedSegmentNames
+        let withHints = try contents(of: hinted, failedID: failed.id)
+        hinted.close()
+        for hint in try files(directory, ending: ".hint") { try FileManager.default.removeItem(atPath: journalPath(directory) + "/" + hint) }
+        let read = try JournalStore(directory: directory.store, configuration: Self.configuration)
+        #expect(read.hintedSegmentNames.isEmpty)
+        let withoutHints = try contents(of: read, failedID: failed.id)
+        read.close()
+        // Then the hints were used, and both read the same: every record as last written,
+        // the same plain fields for a restore
+        #expect(hintedNames.count >= segments.count - 2)
+        #expect(withHints == withoutHints)
+        #expect(withHints.pending.count == pending.count)
+        let asWritten = pending.allSatisfy { withHints.pending[$0.id] == $0 }
+        #expect(asWritten)
+        #expect(withHints.failed?.id == failed.id)
+        #expect(withHints.markers[pending[28].id] == AttemptMarker(attempts: 1))
+        #expect(withHints.plain.count == 48)
+        #expect(withHints.others.count == 20)
+        // And the open without hints made them again
+        #expect(try files(directory, ending: ".hint").count == segments.count - 1)
+    }
+
+    @Test func aDamagedHintIsIgnoredAndTheSegmentReadLosesNothing() throws {
+        // Given a closed store whose hints are each damaged in one byte
+        let directory = try TemporaryDirectory()
+        let (pending, failed) = try fillStore(directory)
+        let path = journalPath(directory)
+        for (index, hint) in try files(directory, ending: ".hint").enumerated() {
+            var bytes = try Data(contentsOf: URL(fileURLWithPath: path + "/" + hint))
+            bytes[(index * 97) % bytes.count] ^= 0x01
+            try bytes.write(to: URL(fileURLWithPath: path + "/" + hint))
+        }
+        // When it is opened
+        let store = try JournalStore(directory: directory.store, configuration: Self.configuration)
+        // Then no hint was used, nothing was quarantined, and every record reads as written
+        #expect(store.hintedSegmentNames.isEmpty)
+        #expect(store.openReport.quarantined.isEmpty)
+        let read = try contents(of: store, failedID: failed.id)
+        store.close()
+        #expect(read.pending.count == pending.count)
+        let asWritten = pending.allSatisfy { read.pending[$0.id] == $0 }
+        #expect(asWritten)
+        // And the next open reads hints made again
+        let reopened = try JournalStore(directory: directory.store, configuration: Self.configuration)
+        #expect(!reopened.hintedSegmentNames.isEmpty)
+        #expect(try contents(of: reopened, failedID: failed.id) == read)
+        reopened.close()
+    }
+
+    @Test func aHintThatEndsBeforeItsSegmentsLastFrameIsIgnored() throws {
+        // Given a closed store, and the hint of its first segment replaced by one that knows
+        // nothing of the segment's last frame (as a hint made before a frame was appended)
+        let directory = try TemporaryDirectory()
+        let (pending, failed) = try fillStore(directory)
+        let path = journalPath(directory)
+        let first = try files(directory, ending: ".hint")[0]
+        var hint = try #require(JournalHint.decode(try Data(contentsOf: URL(fileURLWithPath: path + "/" + first))))
+        let last = try #require(hint.entries.last)
+        guard case .record(let lastRecord) = last else {
+            Issue.record("the first segment ends with a record's frame")
+            return
+        }
+        hint.entries.removeLast()
+        hint.validEnd = lastRecord.offset
+        try hint.encoded().write(to: URL(fileURLWithPath: path + "/" + first))
+        // When it is opened
+        let store = try JournalStore(directory: directory.store, configuration: Self.configuration)
+        defer { store.close() }
+        // Then that hint was not used, and the record of the frame it left out is there
+        #expect(!store.hintedSegmentNames.contains(first.replacingOccurrences(of: ".hint", with: ".segment")))
+        let read = try contents(of: store, failedID: failed.id)
+        #expect(read.pending[lastRecord.fields.id.uuidString] != nil)
+        #expect(read.pending.count == pending.count)
+    }
+
+    @Test func aCompactionWritesTheHintOfItsSegmentAndRemovesThoseOfTheSegmentsItReplaced() throws {
+        // Given a store of many segments
+        let directory = try TemporaryDirectory()
+        let (pending, failed) = try fillStore(directory)
+        let before = try files(directory, ending: ".hint")
+        // When it is compacted
+        do {
+            let store = try JournalStore(directory: directory.store, configuration: Self.configuration)
+            try store.compact()
+            store.close()
+        }
+        // Then the hints of the replaced segments are gone and the new segment has one
+        let after = try files(directory, ending: ".hint")
+        #expect(Set(after).isDisjoint(with: before))
+        let merged = try files(directory, ending: ".segment").filter { !$0.hasSuffix("-00000000.segment") }
+        #expect(merged.count == 1)
+        #expect(after.contains(merged[0].replacingOccurrences(of: ".segment", with: ".hint")))
+        // And an open reads it to the same contents
+        let store = try JournalStore(directory: directory.store, configuration: Self.configuration)
+        defer { store.close() }
+        #expect(store.hintedSegmentNames.contains(merged[0]))
+        let read = try contents(of: store, failedID: failed.id)
+        #expect(read.pending.count == pending.count)
+        let asWritten = pending.allSatisfy { read.pending[$0.id] == $0 }
+        #expect(asWritten)
+        #expect(read.markers[pending[28].id] == AttemptMarker(attempts: 1))
+    }
+}
