@@ -111,12 +111,12 @@ struct JournalHintTests {
         #expect(hints.count == segments.count - 1)
         // When it is opened with its hints, and again without them
         let hinted = try JournalStore(directory: directory.store, configuration: Self.configuration)
-        let hintedNames = hinted.hintedSegmentNames
+        let hintedNames = hinted.segmentsOpenedFromHints
         let withHints = try contents(of: hinted, failedID: failed.id)
         hinted.close()
         for hint in try files(directory, ending: ".hint") { try FileManager.default.removeItem(atPath: journalPath(directory) + "/" + hint) }
         let read = try JournalStore(directory: directory.store, configuration: Self.configuration)
-        #expect(read.hintedSegmentNames.isEmpty)
+        #expect(read.segmentsOpenedFromHints.isEmpty)
         let withoutHints = try contents(of: read, failedID: failed.id)
         read.close()
         // Then the hints were used, and both read the same: every record as last written,
@@ -147,7 +147,7 @@ struct JournalHintTests {
         // When it is opened
         let store = try JournalStore(directory: directory.store, configuration: Self.configuration)
         // Then no hint was used, nothing was quarantined, and every record reads as written
-        #expect(store.hintedSegmentNames.isEmpty)
+        #expect(store.segmentsOpenedFromHints.isEmpty)
         #expect(store.openReport.quarantined.isEmpty)
         let read = try contents(of: store, failedID: failed.id)
         store.close()
@@ -156,7 +156,7 @@ struct JournalHintTests {
         #expect(asWritten)
         // And the next open reads hints made again
         let reopened = try JournalStore(directory: directory.store, configuration: Self.configuration)
-        #expect(!reopened.hintedSegmentNames.isEmpty)
+        #expect(!reopened.segmentsOpenedFromHints.isEmpty)
         #expect(try contents(of: reopened, failedID: failed.id) == read)
         reopened.close()
     }
@@ -181,7 +181,7 @@ struct JournalHintTests {
         let store = try JournalStore(directory: directory.store, configuration: Self.configuration)
         defer { store.close() }
         // Then that hint was not used, and the record of the frame it left out is there
-        #expect(!store.hintedSegmentNames.contains(first.replacingOccurrences(of: ".hint", with: ".segment")))
+        #expect(!store.segmentsOpenedFromHints.contains(first.replacingOccurrences(of: ".hint", with: ".segment")))
         let read = try contents(of: store, failedID: failed.id)
         #expect(read.pending[lastRecord.fields.id.uuidString] != nil)
         #expect(read.pending.count == pending.count)
@@ -207,7 +207,7 @@ struct JournalHintTests {
         // And an open reads it to the same contents
         let store = try JournalStore(directory: directory.store, configuration: Self.configuration)
         defer { store.close() }
-        #expect(store.hintedSegmentNames.contains(merged[0]))
+        #expect(store.segmentsOpenedFromHints.contains(merged[0]))
         let read = try contents(of: store, failedID: failed.id)
         #expect(read.pending.count == pending.count)
         let asWritten = pending.allSatisfy { read.pending[$0.id] == $0 }

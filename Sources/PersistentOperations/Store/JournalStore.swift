@@ -234,6 +234,7 @@ package final class JournalStore: Sendable {
         quarantinePath = root + "/" + StoreLayout.Area.quarantine.rawValue
         let opened = try Self.open(root: root, journalPath: journalPath, quarantinePath: quarantinePath, configuration: configuration)
         openReport = opened.report
+        segmentsOpenedFromHints = Set(opened.state.hinted.map(\.fileName))
         state = Locked(opened.state)
         ensureReserve()
         hintSegmentsLater(opened.unhinted)
@@ -278,8 +279,8 @@ package final class JournalStore: Sendable {
     package var failedCount: Int { state.withLock { $0.index.failedCount } }
     /// How many compactions have completed since open (for tests).
     package var compactionCount: Int { state.withLock { $0.compactions } }
-    /// The file names of the segments whose hints were read at open or made since (for tests).
-    package var hintedSegmentNames: Set<String> { state.withLock { Set($0.hinted.map(\.fileName)) } }
+    /// The file names of the segments the open read from their hints (for tests).
+    package let segmentsOpenedFromHints: Set<String>
 
     /// The total size of the segment files, in bytes.
     package var journalSize: Int64 {
