@@ -194,6 +194,22 @@ extension FileSystem {
     )
 }
 
+extension FileSystem {
+    /// Writes all of `bytes` to `descriptor` from `offset` on, with as many `pwrite`s as it
+    /// takes (a short write is continued; one that writes nothing fails with `EIO`, naming
+    /// `path`).
+    package func writeWhole<Bytes: ContiguousBytes>(_ descriptor: Int32, _ bytes: Bytes, at offset: Int64, path: String) throws {
+        try bytes.withUnsafeBytes { raw in
+            var done = 0
+            while done < raw.count {
+                let count = try writeAt(descriptor, UnsafeRawBufferPointer(rebasing: raw[done...]), offset + Int64(done))
+                guard count > 0 else { throw SystemCallError("pwrite", path: path, code: EIO) }
+                done += count
+            }
+        }
+    }
+}
+
 extension FileStatus {
     init(_ info: stat) {
         let type = info.st_mode & S_IFMT

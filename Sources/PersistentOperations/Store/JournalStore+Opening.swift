@@ -555,14 +555,7 @@ extension JournalStore {
         let fileSystem = configuration.fileSystem
         let descriptor = try fileSystem.open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
         defer { try? fileSystem.close(descriptor) }
-        try data.withUnsafeBytes { bytes in
-            var done = 0
-            while done < bytes.count {
-                let count = try fileSystem.writeAt(descriptor, UnsafeRawBufferPointer(rebasing: bytes[done...]), Int64(done))
-                guard count > 0 else { throw SystemCallError("pwrite", path: path, code: EIO) }
-                done += count
-            }
-        }
+        try fileSystem.writeWhole(descriptor, data, at: 0, path: path)
         if configuration.flushes { try fileSystem.synchronize(descriptor) }
     }
 }

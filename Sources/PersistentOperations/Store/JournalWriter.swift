@@ -263,15 +263,7 @@ package final class JournalWriter: @unchecked Sendable {
     }
 
     private func writeWhole(_ frame: Data, at offset: Int64) throws {
-        try frame.withUnsafeBytes { bytes in
-            var done = 0
-            while done < bytes.count {
-                let rest = UnsafeRawBufferPointer(rebasing: bytes[done...])
-                let count = try fileSystem.writeAt(descriptor, rest, offset + Int64(done))
-                guard count > 0 else { throw SystemCallError("pwrite", path: path, code: EIO) }
-                done += count
-            }
-        }
+        try fileSystem.writeWhole(descriptor, frame, at: offset, path: path)
     }
 
     /// Waits until frame `sequence` is flushed, running the flush when no one else is. Called
