@@ -121,7 +121,7 @@ package struct JournalHint: Equatable, Sendable {
         self.entries = entries
     }
 
-    private enum Flag {
+    fileprivate enum Flag {
         static let plain: UInt8 = 1
         static let periodic: UInt8 = 2
         static let due: UInt8 = 4
@@ -134,8 +134,9 @@ package struct JournalHint: Equatable, Sendable {
     package func encoded() -> Data {
         var encoder = Encoder()
         for entry in entries { encoder.append(entry) }
+        // (The tail holds the entries' bytes: none were taken before.)
         let (head, tail) = encoder.finish(salt: salt, number: number, generation: generation, validEnd: validEnd)
-        return Data(head + encoder.takeBytes() + tail)
+        return Data(head + tail)
     }
 
     /// The size of a hint file's header.
@@ -312,7 +313,7 @@ private struct HintReader {
         return String(validating: utf8.bindMemory(to: UInt8.self), as: UTF8.self)
     }
 
-    mutating func int(_ value: UInt64?) -> Int? {
+    func int(_ value: UInt64?) -> Int? {
         value.flatMap { Int(exactly: Int64(bitPattern: $0)) }
     }
 
@@ -366,25 +367,25 @@ private struct HintReader {
         var fields = RecordFormat.IndexFields(
             id: id, enqueueSequence: sequence, priority: priority, typeIdentifier: types[Int(type)], attemptsInFlight: attemptsInFlight
         )
-        fields.isPeriodic = flags & 2 != 0
-        if flags & 4 != 0 {
+        fields.isPeriodic = flags & JournalHint.Flag.periodic != 0
+        if flags & JournalHint.Flag.due != 0 {
             guard let due = readDouble() else { return nil }
             fields.dueDate = Date(timeIntervalSinceReferenceDate: due)
         }
-        if flags & 8 != 0 {
+        if flags & JournalHint.Flag.key != 0 {
             guard let key = readString() else { return nil }
             fields.idempotencyKey = key
         }
         var plain: RecordFormat.PlainFields?
-        if flags & 1 != 0 {
+        if flags & JournalHint.Flag.plain != 0 {
             guard let formatVersion = read(UInt16.self), let enqueuedAt = readDouble() else { return nil }
             var notBefore: Double?
             var nextAttemptAt: Double?
-            if flags & 16 != 0 {
+            if flags & JournalHint.Flag.notBefore != 0 {
                 guard let value = readDouble() else { return nil }
                 notBefore = value
             }
-            if flags & 32 != 0 {
+            if flags & JournalHint.Flag.nextAttemptAt != 0 {
                 guard let value = readDouble() else { return nil }
                 nextAttemptAt = value
             }

@@ -202,6 +202,15 @@ package enum JournalSegment {
     }
 
     /// The header, or why it is damaged.
+    /// The header `bytes` begin with, when it verifies as a scan verifies it (magic, checksum,
+    /// a version this library reads, no reserved bits); nil otherwise.
+    package static func header(of bytes: Data) -> Header? {
+        bytes.withUnsafeBytes { raw in
+            guard case .valid(let header)? = try? readHeader(raw.bindMemory(to: UInt8.self)) else { return nil }
+            return header
+        }
+    }
+
     private static func readHeader(_ bytes: UnsafeBufferPointer<UInt8>) throws -> HeaderReading {
         guard bytes.count >= headerSize else { return .damaged(reason: "\(bytes.count) bytes, too few for a segment header") }
         guard bytes.prefix(magic.count).elementsEqual(magic) else { return .damaged(reason: "wrong magic bytes") }

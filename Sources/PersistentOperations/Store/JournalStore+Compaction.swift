@@ -165,14 +165,7 @@ extension JournalStore {
             defer { try? fileSystem.close(descriptor) }
             var buffer = JournalSegment.header(salt: salt, number: plan.target.number)
             func drain() throws {
-                try buffer.withUnsafeBytes { bytes in
-                    var done = 0
-                    while done < bytes.count {
-                        let count = try fileSystem.writeAt(descriptor, UnsafeRawBufferPointer(rebasing: bytes[done...]), written + Int64(done))
-                        guard count > 0 else { throw SystemCallError("pwrite", path: temporaryPath, code: EIO) }
-                        done += count
-                    }
-                }
+                try fileSystem.writeWhole(descriptor, buffer, at: written, path: temporaryPath)
                 written += Int64(buffer.count)
                 buffer.removeAll(keepingCapacity: true)
             }
@@ -189,11 +182,10 @@ extension JournalStore {
                 moves.append((id, entry.location, .init(segment: plan.target, offset: offset, length: Int32(frame.size), isFrame: true)))
                 if hint != nil {
                     if let fields = try? Self.indexFields(record, maximumSize: configuration.maximumRecordSize, typeIdentifiers: &typeIdentifiers) {
-                        let plain = RecordFormat.plainFields(
-                            of: record, maximumSize: configuration.maximumRecordSize, checksumVerified: false, typeIdentifiers: &typeIdentifiers
-                        ).flatMap { $0.key.uuid == fields.id ? $0 : nil }
-                        hint?.append(.record(JournalHint.Record(
-                            kind: entry.area == .pending ? .put : .moveToFailed, offset: offset, length: Int32(frame.size), fields: fields, plain: plain
+                        // (`record` was verified above: by its frame's checks, or by its own.)
+                        hint?.append(.record(Self.hintRecord(
+                            kind: entry.area == .pending ? .put : .moveToFailed, offset: offset, length: Int32(frame.size), fields: fields,
+                            record: record, maximumRecordSize: configuration.maximumRecordSize, typeIdentifiers: &typeIdentifiers
                         )))
                     } else {
                         hint = nil

@@ -49,6 +49,17 @@ extension JournalSegmentName {
 }
 
 extension JournalStore {
+    /// The hint entry of a record whose bytes `record` (verified) lie at `offset`, `length`
+    /// bytes long: `fields`, and its plain fields when it is a plain record whose fields name
+    /// the same identifier.
+    static func hintRecord(
+        kind: JournalHint.Record.Kind, offset: Int64, length: Int32, fields: RecordFormat.IndexFields, record: Data,
+        maximumRecordSize: Int, typeIdentifiers: inout [String]
+    ) -> JournalHint.Record {
+        let plain = RecordFormat.plainFields(of: record, maximumSize: maximumRecordSize, checksumVerified: true, typeIdentifiers: &typeIdentifiers)
+        return JournalHint.Record(kind: kind, offset: offset, length: length, fields: fields, plain: plain?.key.uuid == fields.id ? plain : nil)
+    }
+
     /// The hint of a segment as ``read(_:journalPath:configuration:typeIdentifiers:buffer:)``
     /// read it, or nil when the segment must keep being read at open (it has damage, a torn
     /// tail, no valid header, or a record that did not decode).
@@ -57,19 +68,13 @@ extension JournalStore {
         guard scan.header != nil, scan.corruptRegions.isEmpty, scan.tornTail == nil else { return nil }
         var typeIdentifiers: [String] = []
         var encoder = JournalHint.Encoder()
-        func plain(_ body: Data, id: UUID) -> RecordFormat.PlainFields? {
-            guard let fields = RecordFormat.plainFields(
-                of: body, maximumSize: maximumRecordSize, checksumVerified: true, typeIdentifiers: &typeIdentifiers
-            ), fields.key.uuid == id else { return nil }
-            return fields
-        }
         for (located, peeked) in zip(scan.frames, read.peeked) {
             let frame = located.frame
             switch (frame.kind, peeked) {
             case (.put, .record(let fields)), (.moveToFailed, .record(let fields)):
-                encoder.append(.record(JournalHint.Record(
+                encoder.append(.record(hintRecord(
                     kind: frame.kind == .put ? .put : .moveToFailed, offset: Int64(located.offset), length: Int32(frame.size),
-                    fields: fields, plain: plain(frame.body, id: fields.id)
+                    fields: fields, record: frame.body, maximumRecordSize: maximumRecordSize, typeIdentifiers: &typeIdentifiers
                 )))
             case (.batch, .batch(let records)):
                 let bodyOffset = Int64(located.offset + JournalFrame.headerSize)
@@ -77,9 +82,9 @@ extension JournalStore {
                 for record in records {
                     let start = bodyStart + Int(record.offset)
                     let part = frame.body[start..<(start + Int(record.length))]
-                    encoder.append(.record(JournalHint.Record(
+                    encoder.append(.record(hintRecord(
                         kind: .batchPart, offset: bodyOffset + record.offset, length: record.length, fields: record.fields,
-                        plain: plain(part, id: record.fields.id)
+                        record: part, maximumRecordSize: maximumRecordSize, typeIdentifiers: &typeIdentifiers
                     )))
                 }
             case (.remove, .other), (.retire, .other), (.attempt, .other):
@@ -93,29 +98,34 @@ extension JournalStore {
         return encoder
     }
 
+    /// The hint file of `segment`, decoded (type identifiers as
+    /// ``JournalHint/decode(_:typeIdentifiers:)`` takes them); nil when it is missing,
+    /// cannot be read, or does not decode.
+    static func readHintFile(
+        of segment: JournalSegmentName, journalPath: String, fileSystem: FileSystem, typeIdentifiers: inout [String]
+    ) -> JournalHint? {
+        let path = journalPath + "/" + segment.hintFileName
+        guard let descriptor = try? fileSystem.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0) else { return nil }
+        let bytes = try? JournalSegmentFile.readWhole(path, descriptor: descriptor, fileSystem: fileSystem) { Data(count: $0) }
+        try? fileSystem.close(descriptor)
+        return bytes.flatMap { JournalHint.decode($0, typeIdentifiers: &typeIdentifiers) }
+    }
+
     /// The hint of `name` and the segment opened for reading, when a hint file is there and
     /// holds (see the top of this file); nil otherwise.
     static func readHint(
         for name: JournalSegmentName, journalPath: String, configuration: Configuration, typeIdentifiers: inout [String]
     ) -> (hint: JournalHint, file: JournalSegmentFile)? {
         let fileSystem = configuration.fileSystem
-        let hintPath = journalPath + "/" + name.hintFileName
-        guard let hintDescriptor = try? fileSystem.open(hintPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0) else { return nil }
-        let bytes = try? JournalSegmentFile.readWhole(hintPath, descriptor: hintDescriptor, fileSystem: fileSystem) { Data(count: $0) }
-        try? fileSystem.close(hintDescriptor)
-        guard let bytes, let hint = JournalHint.decode(bytes, typeIdentifiers: &typeIdentifiers),
+        guard let hint = readHintFile(of: name, journalPath: journalPath, fileSystem: fileSystem, typeIdentifiers: &typeIdentifiers),
               hint.number == name.number, hint.generation == name.generation, hint.validEnd >= Int64(JournalSegment.headerSize)
         else { return nil }
         let path = journalPath + "/" + name.fileName
         guard let file = try? JournalSegmentFile.open(name, path: path, salt: hint.salt, fileSystem: fileSystem) else { return nil }
         // The segment's header names the hint's salt and number, and no frame of the segment
         // begins where the hint ends.
-        guard let header = try? file.read(count: JournalSegment.headerSize, at: 0),
-              header.starts(with: JournalSegment.magic),
-              header.withUnsafeBytes({ raw in
-                  let bytes = raw.bindMemory(to: UInt8.self)
-                  return UInt32(bytes.bigEndianValue(at: 12, width: 4)) == hint.salt && bytes.bigEndianValue(at: 16, width: 8) == hint.number
-              }),
+        guard let bytes = try? file.read(count: JournalSegment.headerSize, at: 0), let header = JournalSegment.header(of: bytes),
+              header.salt == hint.salt, header.number == hint.number,
               let size = try? fileSystem.linkStatus(path).size, size >= hint.validEnd
         else { return nil }
         let following = min(Int64(JournalFrame.headerSize), size - hint.validEnd)
@@ -138,23 +148,13 @@ extension JournalStore {
         do {
             let descriptor = try fileSystem.open(temporary, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
             defer { try? fileSystem.close(descriptor) }
-            func write(_ bytes: [UInt8], at offset: Int64) throws {
-                try bytes.withUnsafeBytes { raw in
-                    var done = 0
-                    while done < raw.count {
-                        let count = try fileSystem.writeAt(descriptor, UnsafeRawBufferPointer(rebasing: raw[done...]), offset + Int64(done))
-                        guard count > 0 else { throw SystemCallError("pwrite", path: temporary, code: EIO) }
-                        done += count
-                    }
-                }
-            }
             var offset = Int64(JournalHint.headerSize)
             let entries = encoder.takeBytes()
-            try write(entries, at: offset)
+            try fileSystem.writeWhole(descriptor, entries, at: offset, path: temporary)
             offset += Int64(entries.count)
             let (header, tail) = encoder.finish(salt: salt, number: segment.number, generation: segment.generation, validEnd: validEnd)
-            try write(tail, at: offset)
-            try write(header, at: 0)
+            try fileSystem.writeWhole(descriptor, tail, at: offset, path: temporary)
+            try fileSystem.writeWhole(descriptor, header, at: 0, path: temporary)
             try fileSystem.rename(temporary, path)
             return true
         } catch {
@@ -207,10 +207,12 @@ extension JournalFrame {
     /// salt and header checksum): bytes a writer appended.
     static func beginsFrame(_ bytes: Data, salt: UInt32) -> Bool {
         bytes.withUnsafeBytes { raw in
-            let bytes = raw.bindMemory(to: UInt8.self)
-            guard bytes.count >= headerSize, bytes[0] == marker[0], bytes[1] == marker[1], bytes[2] == marker[2], bytes[3] == marker[3] else { return false }
-            return CRC32.checksum(of: UnsafeBufferPointer(rebasing: bytes[0..<16])) == UInt32(bytes.bigEndianValue(at: 16, width: 4))
-                && UInt32(bytes.bigEndianValue(at: 4, width: 4)) == salt
+            // Verified as far as `bytes` go: past its salt, whatever else is wrong, it is a
+            // frame's header.
+            switch verify(raw.bindMemory(to: UInt8.self), at: 0, salt: salt, maximumSize: .max, checkingBody: false) {
+            case .success, .failure(.tooLarge), .failure(.pastEnd), .failure(.unknownKind), .failure(.reservedBitsSet): true
+            case .failure(.tooShort), .failure(.noMarker), .failure(.headerChecksumMismatch), .failure(.otherSegment), .failure(.frameChecksumMismatch): false
+            }
         }
     }
 }

@@ -450,13 +450,7 @@ package final class JournalStore: Sendable {
         let journalPath = journalPath
         let fileSystem = configuration.fileSystem
         let fromHint: (ArraySlice<LocatedRecord>, JournalSegmentFile) -> [PendingRecord?] = { window, file in
-            var typeIdentifiersOfHint = typeIdentifiers.strings
-            defer { typeIdentifiers.strings = typeIdentifiersOfHint }
-            let path = journalPath + "/" + file.name.hintFileName
-            guard let descriptor = try? fileSystem.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0) else { return Array(repeating: nil, count: window.count) }
-            let bytes = try? JournalSegmentFile.readWhole(path, descriptor: descriptor, fileSystem: fileSystem) { Data(count: $0) }
-            try? fileSystem.close(descriptor)
-            guard let bytes, let hint = JournalHint.decode(bytes, typeIdentifiers: &typeIdentifiersOfHint) else {
+            guard let hint = Self.readHintFile(of: file.name, journalPath: journalPath, fileSystem: fileSystem, typeIdentifiers: &typeIdentifiers.strings) else {
                 return Array(repeating: nil, count: window.count)
             }
             // Both in offset order: one walk.
