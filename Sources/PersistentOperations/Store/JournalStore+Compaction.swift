@@ -263,12 +263,7 @@ extension JournalStore {
     private static func forget(_ segments: [JournalSegmentName], in state: inout State) -> [JournalWriter] {
         var retired: [JournalWriter] = []
         for name in segments {
-            state.segments[name] = nil
-            state.sizes[name] = nil
-            state.index.forgetSegment(name)
-            state.remembered.forgetSegment(name)
-            state.hinted.remove(name)
-            if let writer = state.sealedWriters.removeValue(forKey: name) { retired.append(writer) }
+            if let writer = state.forgetSegment(name) { retired.append(writer) }
         }
         state.compactions += 1
         return retired
@@ -279,8 +274,8 @@ extension JournalStore {
     private func removeSegments(_ segments: [JournalSegmentName]) throws {
         let fileSystem = configuration.fileSystem
         for name in segments.sorted() {
-            // (The hint first: a hint without its segment is removed at open, but a segment
-            // is never left with a hint that names it and might not.)
+            // (Its hint with it. A crash between the two leaves either alone, which is
+            // harmless: a hint without its segment is removed at open.)
             try? fileSystem.unlink(journalPath + "/" + name.hintFileName)
             try fileSystem.unlink(journalPath + "/" + name.fileName)
             if configuration.flushes { try fileSystem.synchronizeDirectory(journalPath) }

@@ -458,14 +458,11 @@ extension JournalStore {
     private static func removeReplacedSegments(state: inout State, journalPath: String, configuration: Configuration) {
         guard let newest = state.segments.keys.filter({ $0.generation > 0 }).max() else { return }
         for name in state.segments.keys.sorted() where name < newest && state.liveBytes(of: name) == 0 {
-            try? configuration.fileSystem.unlink(journalPath + "/" + name.hintFileName)
-            state.hinted.remove(name)
             guard (try? configuration.fileSystem.unlink(journalPath + "/" + name.fileName)) != nil else { return }
+            // (Its hint with it; one a crash leaves without its segment is removed at open.)
+            try? configuration.fileSystem.unlink(journalPath + "/" + name.hintFileName)
             if configuration.flushes { try? configuration.fileSystem.synchronizeDirectory(journalPath) }
-            state.segments[name] = nil
-            state.sizes[name] = nil
-            state.index.forgetSegment(name)
-            state.remembered.forgetSegment(name)
+            _ = state.forgetSegment(name)
         }
     }
 

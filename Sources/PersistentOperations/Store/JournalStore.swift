@@ -196,6 +196,18 @@ package final class JournalStore: Sendable {
         /// The sealed segments whose hint files hold (see `JournalStore+Hints`).
         var hinted: Set<JournalSegmentName> = []
 
+        /// Forgets `segment` (compacted, or left behind by a compaction a crash interrupted):
+        /// its file, size, index entries, remembered keys and hint. Returns its writer, if it
+        /// was sealed by this process, to be closed outside the lock.
+        mutating func forgetSegment(_ segment: JournalSegmentName) -> JournalWriter? {
+            segments[segment] = nil
+            sizes[segment] = nil
+            index.forgetSegment(segment)
+            remembered.forgetSegment(segment)
+            hinted.remove(segment)
+            return sealedWriters.removeValue(forKey: segment)
+        }
+
         /// The bytes of `segment` that records and remembered keys keep alive.
         func liveBytes(of segment: JournalSegmentName) -> Int64 {
             index.liveBytes(of: segment) + remembered.liveBytes(of: segment)
