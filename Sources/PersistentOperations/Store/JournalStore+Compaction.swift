@@ -248,14 +248,7 @@ extension JournalStore {
 
         // Step 4: remove the old segments, oldest first.
         try removeSegments(plan.sealed)
-        if var hint, Self.writeHint(&hint, for: plan.target, salt: salt, validEnd: written, journalPath: journalPath, configuration: configuration) {
-            let kept = state.withLock { state -> Bool in
-                guard state.segments[plan.target] != nil, !state.isClosed else { return false }
-                state.hinted.insert(plan.target)
-                return true
-            }
-            if !kept { try? fileSystem.unlink(journalPath + "/" + plan.target.hintFileName) }
-        }
+        if var hint { installHint(&hint, for: plan.target, salt: salt, validEnd: written) }
     }
 
     /// Forgets merged (or dead) segments and counts the compaction; returns their writers, to

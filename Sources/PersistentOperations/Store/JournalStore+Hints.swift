@@ -183,16 +183,20 @@ extension JournalStore {
                   var encoder = Self.hint(of: read, maximumRecordSize: configuration.maximumRecordSize),
                   let salt = read.scan.header?.salt
             else { continue }
-            let validEnd = Int64(read.scan.validEnd(segmentSize: read.bytes.count))
-            guard Self.writeHint(&encoder, for: name, salt: salt, validEnd: validEnd, journalPath: journalPath, configuration: configuration) else { continue }
-            let kept = state.withLock { state -> Bool in
-                guard state.segments[name] != nil, !state.isClosed else { return false }
-                state.hinted.insert(name)
-                return true
-            }
-            // Its segment went meanwhile (a compaction on another path): so does the hint.
-            if !kept { try? configuration.fileSystem.unlink(journalPath + "/" + name.hintFileName) }
+            installHint(&encoder, for: name, salt: salt, validEnd: Int64(read.scan.validEnd(segmentSize: read.bytes.count)))
         }
+    }
+
+    /// Writes the hint `encoder` makes for `segment` and counts the segment hinted, unless
+    /// the segment went meanwhile (then so does the hint) or the store closed.
+    func installHint(_ encoder: inout JournalHint.Encoder, for segment: JournalSegmentName, salt: UInt32, validEnd: Int64) {
+        guard Self.writeHint(&encoder, for: segment, salt: salt, validEnd: validEnd, journalPath: journalPath, configuration: configuration) else { return }
+        let kept = state.withLock { state -> Bool in
+            guard state.segments[segment] != nil, !state.isClosed else { return false }
+            state.hinted.insert(segment)
+            return true
+        }
+        if !kept { try? configuration.fileSystem.unlink(journalPath + "/" + segment.hintFileName) }
     }
 
     /// Starts making the hints of `names` off the caller's thread.
