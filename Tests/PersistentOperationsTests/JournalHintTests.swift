@@ -98,6 +98,11 @@ struct JournalHintTests {
         #expect(damagedReadable == 0)
         let cutReadable = stride(from: 0, to: bytes.count, by: 5).filter { JournalHint.decode(bytes.prefix($0)) != nil }
         #expect(cutReadable.isEmpty)
+        // And a key longer than a 2-byte length could say is kept whole
+        var long = keyed
+        long.idempotencyKey = "order 42 ✓ " + String(repeating: "k", count: 70_000)
+        let longHint = JournalHint(salt: 1, number: 1, generation: 0, validEnd: 100_000, entries: [.record(.init(kind: .put, offset: 32, length: 90_000, fields: long, plain: nil))])
+        #expect(JournalHint.decode(longHint.encoded()) == longHint)
     }
 
     @Test func sealedSegmentsGetHintsAndAnOpenReadsThemToTheSameContents() throws {

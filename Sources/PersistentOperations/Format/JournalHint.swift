@@ -24,7 +24,7 @@ import Foundation
 //     48      4     number of type identifiers
 //     52      4     CRC-32 (IEEE, as zlib) of bytes 0..<52
 //     56            entries, one per frame or batch part, in segment order
-//                   the table of type identifiers: each a 2-byte length and UTF-8 bytes
+//                   the table of type identifiers: each a 4-byte length and UTF-8 bytes
 //     end - 4 4     CRC-32 of the bytes from offset 56 to here
 //
 // (The type identifiers follow the entries, and the header has a checksum of its own, so
@@ -40,7 +40,7 @@ import Foundation
 //       16 the record's identifier (UUID bytes)
 //       8 enqueue sequence, 8 priority, 4 type (index into the identifiers), 8 attempts in flight
 //       [8 due date, seconds since the reference date]   when flag 4
-//       [2 length and UTF-8 bytes of the idempotency key] when flag 8
+//       [4 length and UTF-8 bytes of the idempotency key] when flag 8
 //       when flag 1 (the record has only the fields every record has, see
 //       `RecordFormat.plainFields`): 2 format version, 8 enqueue date,
 //       [8 not-before] when flag 16, [8 next-attempt] when flag 32, 8 retries, 8 attempts
@@ -279,9 +279,8 @@ private struct HintWriter {
     }
 
     mutating func appendString(_ string: String) {
-        let utf8 = Array(string.utf8.prefix(Int(UInt16.max)))
-        append(UInt16(utf8.count))
-        bytes.append(contentsOf: utf8)
+        append(UInt32(string.utf8.count))
+        bytes.append(contentsOf: string.utf8)
     }
 }
 
@@ -309,7 +308,7 @@ private struct HintReader {
     }
 
     mutating func readString() -> String? {
-        guard let count = read(UInt16.self), let utf8 = readBytes(Int(count)) else { return nil }
+        guard let count = read(UInt32.self), let utf8 = readBytes(Int(count)) else { return nil }
         return String(validating: utf8.bindMemory(to: UInt8.self), as: UTF8.self)
     }
 
