@@ -212,7 +212,6 @@ package struct JournalHint: Equatable, Sendable {
         package mutating func takeBytes() -> [UInt8] {
             let bytes = body.bytes
             body.bytes = []
-            body.bytes.reserveCapacity(bytes.count)
             checksum = checksum.map { CRC32.checksum(of: bytes, continuing: $0) } ?? CRC32.checksum(of: bytes)
             taken += bytes.count
             return bytes

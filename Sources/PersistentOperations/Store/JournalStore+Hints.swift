@@ -60,17 +60,18 @@ extension JournalStore {
         return JournalHint.Record(kind: kind, offset: offset, length: length, fields: fields, plain: plain?.key.uuid == fields.id ? plain : nil)
     }
 
-    /// The hint of a segment as ``read(_:journalPath:configuration:typeIdentifiers:buffer:)``
-    /// read it, or nil when the segment must keep being read at open (it has damage, a torn
-    /// tail, no valid header, or a record that did not decode).
+    /// The hint of a segment as ``read(_:journalPath:configuration:typeIdentifiers:peeks:buffer:)``
+    /// read it without peeking (each frame is peeked here, as it is encoded: no array of
+    /// every record's fields), or nil when the segment must keep being read at open (it has
+    /// damage, a torn tail, no valid header, or a record that did not decode).
     static func hint(of read: ReadSegment, maximumRecordSize: Int) -> JournalHint.Encoder? {
         let scan = read.scan
         guard scan.header != nil, scan.corruptRegions.isEmpty, scan.tornTail == nil else { return nil }
         var typeIdentifiers: [String] = []
         var encoder = JournalHint.Encoder()
-        for (located, peeked) in zip(scan.frames, read.peeked) {
+        for located in scan.frames {
             let frame = located.frame
-            switch (frame.kind, peeked) {
+            switch (frame.kind, peek(located, maximumRecordSize: maximumRecordSize, typeIdentifiers: &typeIdentifiers)) {
             case (.put, .record(let fields)), (.moveToFailed, .record(let fields)):
                 encoder.append(.record(hintRecord(
                     kind: frame.kind == .put ? .put : .moveToFailed, offset: Int64(located.offset), length: Int32(frame.size),
@@ -177,7 +178,7 @@ extension JournalStore {
             guard isDue else { continue }
             var typeIdentifiers: [String] = []
             let path = journalPath + "/" + name.fileName
-            guard let read = try? Self.read(name, journalPath: journalPath, configuration: configuration, typeIdentifiers: &typeIdentifiers, buffer: { count in
+            guard let read = try? Self.read(name, journalPath: journalPath, configuration: configuration, typeIdentifiers: &typeIdentifiers, peeks: false, buffer: { count in
                 try pages.bytes(count, path: path)
             }),
                   var encoder = Self.hint(of: read, maximumRecordSize: configuration.maximumRecordSize),

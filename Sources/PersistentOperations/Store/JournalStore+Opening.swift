@@ -183,7 +183,7 @@ extension JournalStore {
     /// ``ReadAhead``).
     static func read(
         _ name: JournalSegmentName, journalPath: String, configuration: Configuration, typeIdentifiers: inout [String],
-        buffer: (Int) throws -> Data
+        peeks: Bool = true, buffer: (Int) throws -> Data
     ) throws -> ReadSegment {
         let fileSystem = configuration.fileSystem
         let path = journalPath + "/" + name.fileName
@@ -211,7 +211,7 @@ extension JournalStore {
         }
         let salt = scan.header?.salt ?? scan.frames.first.flatMap { frameSalt(bytes, at: $0.offset) }
         let file = JournalSegmentFile(name: name, path: path, salt: salt, descriptor: descriptor, fileSystem: fileSystem)
-        let peeked = scan.frames.map { peek($0, maximumRecordSize: configuration.maximumRecordSize, typeIdentifiers: &typeIdentifiers) }
+        let peeked = peeks ? scan.frames.map { peek($0, maximumRecordSize: configuration.maximumRecordSize, typeIdentifiers: &typeIdentifiers) } : []
         return ReadSegment(file: file, bytes: bytes, scan: scan, peeked: peeked, hint: nil)
     }
 
@@ -222,7 +222,8 @@ extension JournalStore {
         var file: JournalSegmentFile
         var bytes: Data
         var scan: JournalSegmentScan
-        /// What ``peek(_:maximumRecordSize:typeIdentifiers:)`` read of each of `scan.frames`.
+        /// What ``peek(_:maximumRecordSize:typeIdentifiers:)`` read of each of `scan.frames`
+        /// (empty when it was read with `peeks: false`).
         var peeked: [PeekedFrame]
         /// The segment's hint, read instead of it (`bytes`, `scan` and `peeked` are then empty).
         var hint: JournalHint?
@@ -241,7 +242,7 @@ extension JournalStore {
         case failed(any Error)
     }
 
-    private static func peek(_ located: JournalSegmentScan.LocatedFrame, maximumRecordSize: Int, typeIdentifiers: inout [String]) -> PeekedFrame {
+    static func peek(_ located: JournalSegmentScan.LocatedFrame, maximumRecordSize: Int, typeIdentifiers: inout [String]) -> PeekedFrame {
         let frame = located.frame
         do {
             switch frame.kind {
