@@ -245,10 +245,10 @@ package struct JournalHint: Equatable, Sendable {
     /// The hint a hint file holds, or nil when it is not a whole, intact hint of this format
     /// version (damaged, torn, or written by a newer library): the caller reads the segment.
     ///
-    /// Type identifiers are taken from `typeIdentifiers` when there (the same `String` is
-    /// used) and added to it otherwise, so that a million records of a few types make a few
-    /// strings.
-    package static func decode(_ data: Data, typeIdentifiers: inout [String]) -> JournalHint? {
+    /// Each hint's type identifiers are strings of its own, shared by its records and by no
+    /// other hint's: a hint decoded on one thread while the records of another are indexed
+    /// on a second never has both threads counting references to the same string.
+    package static func decode(_ data: Data) -> JournalHint? {
         data.withUnsafeBytes { raw -> JournalHint? in
             guard raw.count >= headerSize + 4, raw.starts(with: magic) else { return nil }
             func checksum(_ range: Range<Int>) -> UInt32 {
@@ -258,14 +258,8 @@ package struct JournalHint: Equatable, Sendable {
                   checksum(headerSize..<(raw.count - 4)) == raw.loadUnaligned(fromByteOffset: raw.count - 4, as: UInt32.self).littleEndian
             else { return nil }
             var reader = HintReader(bytes: UnsafeRawBufferPointer(rebasing: raw[..<(raw.count - 4)]), position: 8)
-            return reader.hint(typeIdentifiers: &typeIdentifiers)
+            return reader.hint()
         }
-    }
-
-    /// ``decode(_:typeIdentifiers:)`` with a table of type identifiers of its own.
-    package static func decode(_ data: Data) -> JournalHint? {
-        var typeIdentifiers: [String] = []
-        return decode(data, typeIdentifiers: &typeIdentifiers)
     }
 }
 
@@ -283,7 +277,7 @@ private struct HintWriter {
     }
 }
 
-/// Bounds-checked little-endian reads for ``JournalHint/decode(_:typeIdentifiers:)``: any
+/// Bounds-checked little-endian reads for ``JournalHint/decode(_:)``: any
 /// read past the end makes the hint invalid.
 private struct HintReader {
     let bytes: UnsafeRawBufferPointer
@@ -315,7 +309,7 @@ private struct HintReader {
         value.flatMap { Int(exactly: Int64(bitPattern: $0)) }
     }
 
-    mutating func hint(typeIdentifiers: inout [String]) -> JournalHint? {
+    mutating func hint() -> JournalHint? {
         guard let version = read(UInt16.self), Int(version) == JournalHint.formatVersion, read(UInt16.self) == 0,
               let salt = read(UInt32.self), let number = read(UInt64.self), let generation = read(UInt32.self),
               let entryCount = read(UInt32.self), let validEnd = read(UInt64.self), let tableOffset = read(UInt64.self),
@@ -328,12 +322,7 @@ private struct HintReader {
         types.reserveCapacity(Int(typeCount))
         for _ in 0..<typeCount {
             guard let type = readString() else { return nil }
-            if let known = typeIdentifiers.first(where: { $0 == type }) {
-                types.append(known)
-            } else {
-                typeIdentifiers.append(type)
-                types.append(type)
-            }
+            types.append(type)
         }
         guard position == bytes.count else { return nil }
         var entries: [JournalHint.Entry] = []

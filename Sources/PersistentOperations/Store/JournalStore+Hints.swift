@@ -99,26 +99,23 @@ extension JournalStore {
         return encoder
     }
 
-    /// The hint file of `segment`, decoded (type identifiers as
-    /// ``JournalHint/decode(_:typeIdentifiers:)`` takes them); nil when it is missing,
-    /// cannot be read, or does not decode.
-    static func readHintFile(
-        of segment: JournalSegmentName, journalPath: String, fileSystem: FileSystem, typeIdentifiers: inout [String]
-    ) -> JournalHint? {
+    /// The hint file of `segment`, decoded; nil when it is missing, cannot be read, or does
+    /// not decode.
+    static func readHintFile(of segment: JournalSegmentName, journalPath: String, fileSystem: FileSystem) -> JournalHint? {
         let path = journalPath + "/" + segment.hintFileName
         guard let descriptor = try? fileSystem.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0) else { return nil }
         let bytes = try? JournalSegmentFile.readWhole(path, descriptor: descriptor, fileSystem: fileSystem) { Data(count: $0) }
         try? fileSystem.close(descriptor)
-        return bytes.flatMap { JournalHint.decode($0, typeIdentifiers: &typeIdentifiers) }
+        return bytes.flatMap(JournalHint.decode)
     }
 
     /// The hint of `name` and the segment opened for reading, when a hint file is there and
     /// holds (see the top of this file); nil otherwise.
     static func readHint(
-        for name: JournalSegmentName, journalPath: String, configuration: Configuration, typeIdentifiers: inout [String]
+        for name: JournalSegmentName, journalPath: String, configuration: Configuration
     ) -> (hint: JournalHint, file: JournalSegmentFile)? {
         let fileSystem = configuration.fileSystem
-        guard let hint = readHintFile(of: name, journalPath: journalPath, fileSystem: fileSystem, typeIdentifiers: &typeIdentifiers),
+        guard let hint = readHintFile(of: name, journalPath: journalPath, fileSystem: fileSystem),
               hint.number == name.number, hint.generation == name.generation, hint.validEnd >= Int64(JournalSegment.headerSize)
         else { return nil }
         let path = journalPath + "/" + name.fileName

@@ -100,7 +100,7 @@ extension JournalStore {
             // A sealed segment's hint instead of the segment, when it holds. (Never the last
             // segment's: it is the one appended to.)
             if index < segments.count - 1, hinted.contains(segments[index]),
-               let (hint, file) = readHint(for: segments[index], journalPath: journalPath, configuration: configuration, typeIdentifiers: &typeIdentifiers.strings) {
+               let (hint, file) = readHint(for: segments[index], journalPath: journalPath, configuration: configuration) {
                 return ReadSegment(file: file, bytes: Data(), scan: JournalSegmentScan(), peeked: [], hint: hint)
             }
             let path = journalPath + "/" + segments[index].fileName

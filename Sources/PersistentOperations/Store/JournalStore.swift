@@ -462,7 +462,7 @@ package final class JournalStore: Sendable {
         let journalPath = journalPath
         let fileSystem = configuration.fileSystem
         let fromHint: (ArraySlice<LocatedRecord>, JournalSegmentFile) -> [PendingRecord?] = { window, file in
-            guard let hint = Self.readHintFile(of: file.name, journalPath: journalPath, fileSystem: fileSystem, typeIdentifiers: &typeIdentifiers.strings) else {
+            guard let hint = Self.readHintFile(of: file.name, journalPath: journalPath, fileSystem: fileSystem) else {
                 return Array(repeating: nil, count: window.count)
             }
             // Both in offset order: one walk.
