@@ -155,9 +155,10 @@ extension JournalStore {
         var moves: [(id: UUID, from: JournalIndex.Location, to: JournalIndex.Location)] = []
         moves.reserveCapacity(plan.records.count)
         var markerBytes: Int64 = 0
-        // The new segment's hint, made as its frames are (see `JournalStore+Hints`); nil once
-        // a record's fields could not be read from its bytes (the segment is then read at open).
-        var hint: JournalHint.Encoder? = JournalHint.Encoder()
+        // The new segment's hint, written as its frames are (see `JournalStore+Hints`); nil
+        // once a record's fields could not be read from its bytes (the segment is then read
+        // at open), or when it could not be started.
+        var hint = HintFileWriter(for: plan.target, journalPath: journalPath, fileSystem: fileSystem)
         var typeIdentifiers: [String] = []
         var written: Int64 = 0
         do {
@@ -188,6 +189,7 @@ extension JournalStore {
                             record: record, maximumRecordSize: configuration.maximumRecordSize, typeIdentifiers: &typeIdentifiers
                         )))
                     } else {
+                        hint?.abandon()
                         hint = nil
                     }
                 }
@@ -248,7 +250,7 @@ extension JournalStore {
 
         // Step 4: remove the old segments, oldest first.
         try removeSegments(plan.sealed)
-        if var hint { installHint(&hint, for: plan.target, salt: salt, validEnd: written) }
+        if let hint { installHint(hint, salt: salt, validEnd: written) }
     }
 
     /// Forgets merged (or dead) segments and counts the compaction; returns their writers, to

@@ -60,20 +60,19 @@ extension JournalStore {
         return JournalHint.Record(kind: kind, offset: offset, length: length, fields: fields, plain: plain?.key.uuid == fields.id ? plain : nil)
     }
 
-    /// The hint of a segment as ``read(_:journalPath:configuration:typeIdentifiers:peeks:buffer:)``
+    /// Makes the hint of a segment as ``read(_:journalPath:configuration:typeIdentifiers:peeks:buffer:)``
     /// read it without peeking (each frame is peeked here, as it is encoded: no array of
-    /// every record's fields), or nil when the segment must keep being read at open (it has
-    /// damage, a torn tail, no valid header, or a record that did not decode).
-    static func hint(of read: ReadSegment, maximumRecordSize: Int) -> JournalHint.Encoder? {
+    /// every record's fields) into `hint`; false when the segment must keep being read at
+    /// open (it has damage, a torn tail, no valid header, or a record that did not decode).
+    static func hint(of read: ReadSegment, into hint: HintFileWriter, maximumRecordSize: Int) -> Bool {
         let scan = read.scan
-        guard scan.header != nil, scan.corruptRegions.isEmpty, scan.tornTail == nil else { return nil }
+        guard scan.header != nil, scan.corruptRegions.isEmpty, scan.tornTail == nil else { return false }
         var typeIdentifiers: [String] = []
-        var encoder = JournalHint.Encoder()
         for located in scan.frames {
             let frame = located.frame
             switch (frame.kind, peek(located, maximumRecordSize: maximumRecordSize, typeIdentifiers: &typeIdentifiers)) {
             case (.put, .record(let fields)), (.moveToFailed, .record(let fields)):
-                encoder.append(.record(hintRecord(
+                hint.append(.record(hintRecord(
                     kind: frame.kind == .put ? .put : .moveToFailed, offset: Int64(located.offset), length: Int32(frame.size),
                     fields: fields, record: frame.body, maximumRecordSize: maximumRecordSize, typeIdentifiers: &typeIdentifiers
                 )))
@@ -83,20 +82,20 @@ extension JournalStore {
                 for record in records {
                     let start = bodyStart + Int(record.offset)
                     let part = frame.body[start..<(start + Int(record.length))]
-                    encoder.append(.record(hintRecord(
+                    hint.append(.record(hintRecord(
                         kind: .batchPart, offset: bodyOffset + record.offset, length: record.length, fields: record.fields,
                         record: part, maximumRecordSize: maximumRecordSize, typeIdentifiers: &typeIdentifiers
                     )))
                 }
             case (.remove, .other), (.retire, .other), (.attempt, .other):
-                encoder.append(.frame(offset: Int64(located.offset), kind: frame.kind, body: Data(frame.body)))
+                hint.append(.frame(offset: Int64(located.offset), kind: frame.kind, body: Data(frame.body)))
             default:
                 // A record that did not decode: the segment is read at each open, which
                 // reports it.
-                return nil
+                return false
             }
         }
-        return encoder
+        return true
     }
 
     /// The hint file of `segment`, decoded; nil when it is missing, cannot be read, or does
@@ -134,33 +133,6 @@ extension JournalStore {
         return (hint, file)
     }
 
-    /// Writes the hint `encoder` makes for `segment` (temporary name, then rename), unflushed.
-    /// Best effort: a hint that cannot be written is not there, and the segment is read.
-    static func writeHint(
-        _ encoder: inout JournalHint.Encoder, for segment: JournalSegmentName, salt: UInt32, validEnd: Int64,
-        journalPath: String, configuration: Configuration
-    ) -> Bool {
-        let fileSystem = configuration.fileSystem
-        let path = journalPath + "/" + segment.hintFileName
-        let temporary = path + JournalSegmentName.hintTemporarySuffix
-        do {
-            let descriptor = try fileSystem.open(temporary, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions)
-            defer { try? fileSystem.close(descriptor) }
-            var offset = Int64(JournalHint.headerSize)
-            let entries = encoder.takeBytes()
-            try fileSystem.writeWhole(descriptor, entries, at: offset, path: temporary)
-            offset += Int64(entries.count)
-            let (header, tail) = encoder.finish(salt: salt, number: segment.number, generation: segment.generation, validEnd: validEnd)
-            try fileSystem.writeWhole(descriptor, tail, at: offset, path: temporary)
-            try fileSystem.writeWhole(descriptor, header, at: 0, path: temporary)
-            try fileSystem.rename(temporary, path)
-            return true
-        } catch {
-            try? fileSystem.unlink(temporary)
-            return false
-        }
-    }
-
     /// Makes the hints of sealed segments that have none; runs on ``compactionQueue``.
     func hintSegments(_ names: [JournalSegmentName]) {
         // Each segment is read into mapped pages, given back once its hint is written: a
@@ -178,17 +150,19 @@ extension JournalStore {
             guard let read = try? Self.read(name, journalPath: journalPath, configuration: configuration, typeIdentifiers: &typeIdentifiers, peeks: false, buffer: { count in
                 try pages.bytes(count, path: path)
             }),
-                  var encoder = Self.hint(of: read, maximumRecordSize: configuration.maximumRecordSize),
-                  let salt = read.scan.header?.salt
+                  let salt = read.scan.header?.salt,
+                  let hint = HintFileWriter(for: name, journalPath: journalPath, fileSystem: configuration.fileSystem),
+                  Self.hint(of: read, into: hint, maximumRecordSize: configuration.maximumRecordSize)
             else { continue }
-            installHint(&encoder, for: name, salt: salt, validEnd: Int64(read.scan.validEnd(segmentSize: read.bytes.count)))
+            installHint(hint, salt: salt, validEnd: Int64(read.scan.validEnd(segmentSize: read.bytes.count)))
         }
     }
 
-    /// Writes the hint `encoder` makes for `segment` and counts the segment hinted, unless
-    /// the segment went meanwhile (then so does the hint) or the store closed.
-    func installHint(_ encoder: inout JournalHint.Encoder, for segment: JournalSegmentName, salt: UInt32, validEnd: Int64) {
-        guard Self.writeHint(&encoder, for: segment, salt: salt, validEnd: validEnd, journalPath: journalPath, configuration: configuration) else { return }
+    /// Finishes the hint `hint` writes and counts its segment hinted, unless the segment went
+    /// meanwhile (then so does the hint) or the store closed.
+    func installHint(_ hint: HintFileWriter, salt: UInt32, validEnd: Int64) {
+        let segment = hint.segment
+        guard hint.finish(salt: salt, validEnd: validEnd) else { return }
         let kept = state.withLock { state -> Bool in
             guard state.segments[segment] != nil, !state.isClosed else { return false }
             state.hinted.insert(segment)
@@ -201,6 +175,86 @@ extension JournalStore {
     func hintSegmentsLater(_ names: [JournalSegmentName]) {
         guard !names.isEmpty, !configuration.isReadOnly else { return }
         compactionQueue.async { [weak self] in self?.hintSegments(names) }
+    }
+}
+
+/// A hint file being written: its entries go to a temporary file a buffer at a time as they
+/// are made (a hint of a large segment is never whole in memory); ``finish(salt:validEnd:)``
+/// writes its header and renames it into place, unflushed. Best effort: a hint that cannot be
+/// written is not there, and its segment is read. Used by one thread at a time.
+final class HintFileWriter {
+    let segment: JournalSegmentName
+    private let path: String
+    private let temporary: String
+    private let fileSystem: FileSystem
+    private var descriptor: Int32?
+    private var encoder = JournalHint.Encoder()
+    /// Where the next entries' bytes go.
+    private var offset = Int64(JournalHint.headerSize)
+    private var isFinished = false
+
+    /// The bytes of entries kept before they are written.
+    static let bufferSize = 64 << 10
+
+    /// Starts the hint of `segment`; nil when its temporary file cannot be created.
+    init?(for segment: JournalSegmentName, journalPath: String, fileSystem: FileSystem) {
+        self.segment = segment
+        path = journalPath + "/" + segment.hintFileName
+        temporary = path + JournalSegmentName.hintTemporarySuffix
+        self.fileSystem = fileSystem
+        guard let descriptor = try? fileSystem.open(temporary, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, DurableFile.filePermissions) else {
+            return nil
+        }
+        self.descriptor = descriptor
+    }
+
+    /// A hint abandoned (not finished) leaves no file.
+    deinit {
+        if !isFinished { abandon() }
+    }
+
+    func append(_ entry: JournalHint.Entry) {
+        guard descriptor != nil else { return }
+        encoder.append(entry)
+        if encoder.pendingByteCount >= Self.bufferSize { drain() }
+    }
+
+    private func drain() {
+        guard let descriptor else { return }
+        let bytes = encoder.takeBytes()
+        do {
+            try fileSystem.writeWhole(descriptor, bytes, at: offset, path: temporary)
+            offset += Int64(bytes.count)
+        } catch {
+            abandon()
+        }
+    }
+
+    /// Writes the rest, then the header, and renames the file into place; false, leaving no
+    /// file, when any of it fails.
+    func finish(salt: UInt32, validEnd: Int64) -> Bool {
+        guard let descriptor else { return false }
+        let (header, tail) = encoder.finish(salt: salt, number: segment.number, generation: segment.generation, validEnd: validEnd)
+        do {
+            try fileSystem.writeWhole(descriptor, tail, at: offset, path: temporary)
+            try fileSystem.writeWhole(descriptor, header, at: 0, path: temporary)
+            try? fileSystem.close(descriptor)
+            self.descriptor = nil
+            try fileSystem.rename(temporary, path)
+            isFinished = true
+            return true
+        } catch {
+            abandon()
+            return false
+        }
+    }
+
+    /// Stops: the temporary file is removed.
+    func abandon() {
+        isFinished = true
+        if let descriptor { try? fileSystem.close(descriptor) }
+        descriptor = nil
+        try? fileSystem.unlink(temporary)
     }
 }
 
