@@ -72,7 +72,8 @@ open class PersistentOperationWrapper<Payload: Codable & Sendable, Base: Operati
     ///
     /// - Throws: any error: the wrapper then fails for good with it.
     open func makeBaseOperation(isRetry: Bool) throws -> Base {
-        preconditionFailure("\(type(of: self)) must override makeBaseOperation(isRetry:)")
+        // (fatalError, not preconditionFailure: its message is kept in release builds.)
+        fatalError("\(type(of: self)) must override makeBaseOperation(isRetry:)")
     }
 
     /// How the attempt whose base operation just finished ended. The default: it succeeded.

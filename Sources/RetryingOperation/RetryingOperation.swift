@@ -116,7 +116,8 @@ open class RetryingOperation: Operation, @unchecked Sendable {
     /// override var isAsynchronous: Bool { true }
     /// ```
     open override var isAsynchronous: Bool {
-        preconditionFailure("\(type(of: self)) must override isAsynchronous: RetryingOperation subclasses say whether their attempts are synchronous or asynchronous")
+        // (fatalError, not preconditionFailure: its message is kept in release builds.)
+        fatalError("\(type(of: self)) must override isAsynchronous: RetryingOperation subclasses say whether their attempts are synchronous or asynchronous")
     }
 
     // MARK: - For subclasses
