@@ -158,7 +158,7 @@ extension JournalStore {
         // The new segment's hint, written as its frames are (see `JournalStore+Hints`); nil
         // once a record's fields could not be read from its bytes (the segment is then read
         // at open), or when it could not be started.
-        var hint = HintFileWriter(for: plan.target, journalPath: journalPath, fileSystem: fileSystem)
+        var hint = configuration.makesHints ? HintFileWriter(for: plan.target, journalPath: journalPath, fileSystem: fileSystem) : nil
         var typeIdentifiers: [String] = []
         var written: Int64 = 0
         do {

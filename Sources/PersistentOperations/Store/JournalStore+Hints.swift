@@ -173,7 +173,7 @@ extension JournalStore {
 
     /// Starts making the hints of `names` off the caller's thread.
     func hintSegmentsLater(_ names: [JournalSegmentName]) {
-        guard !names.isEmpty, !configuration.isReadOnly else { return }
+        guard !names.isEmpty, !configuration.isReadOnly, configuration.makesHints else { return }
         compactionQueue.async { [weak self] in self?.hintSegments(names) }
     }
 }

@@ -99,6 +99,10 @@ package final class JournalStore: Sendable {
         /// Whether compaction starts by itself after changes (off the caller's thread).
         /// Default: `true`.
         package var compactsAutomatically: Bool
+        /// Whether sealed segments get hint files (see `JournalStore+Hints`); hints already
+        /// there are read either way. Default: `true`. (Off for a test whose file-system calls
+        /// must be the same in every run: hints are made on another thread.)
+        package var makesHints = true
         /// How long a written frame waits at most for a flush. Default: 50 ms.
         package var flushDelay: TimeInterval
         /// The largest record written or read, in bytes. Default: 1 MiB.
