@@ -41,6 +41,22 @@ struct FlushCountTests {
         return Double(flushes.withLock { $0 }) / Double(lifecycles)
     }
 
+    /// Runs `produce` on 8 threads at once (told which one, 0 to 7), and throws when it threw
+    /// on any of them.
+    static func onEightProducers(_ produce: @escaping @Sendable (_ producer: Int) throws -> Void) throws {
+        let failures = Locked(0)
+        let group = DispatchGroup()
+        for producer in 0..<8 {
+            group.enter()
+            Thread.detachNewThread {
+                if (try? produce(producer)) == nil { failures.withLock { $0 += 1 } }
+                group.leave()
+            }
+        }
+        group.wait()
+        guard failures.withLock({ $0 }) == 0 else { throw ChildAppError("some adds failed on \(failures.withLock { $0 }) of 8 producers") }
+    }
+
     @Test func oneAtATimeALifecycleCostsOneFlush() async throws {
         // When 200 operations are added one after the other, each run to completion first
         let perLifecycle = try await Self.flushesPerLifecycle(200) { queue, journal in
@@ -70,20 +86,11 @@ struct FlushCountTests {
     @Test func eightProducersAddingBatchesOfAHundredCostAFewHundredthsOfAFlushALifecycle() async throws {
         // When 8 threads each add two batches of 100 at once, on a queue running 4 at once
         let perLifecycle = try await Self.flushesPerLifecycle(1_600, width: 4) { queue, journal in
-            let failures = Locked(0)
-            let group = DispatchGroup()
-            for producer in 0..<8 {
-                group.enter()
-                Thread.detachNewThread {
-                    for batch in 0..<2 {
-                        let operations = (0..<100).map { ScriptedUpload(payload: UploadPayload(name: "p\(producer)-b\(batch)-\($0)", journal: journal)) }
-                        if (try? queue.addOperations(operations)) == nil { failures.withLock { $0 += 1 } }
-                    }
-                    group.leave()
+            try Self.onEightProducers { producer in
+                for batch in 0..<2 {
+                    try queue.addOperations((0..<100).map { ScriptedUpload(payload: UploadPayload(name: "p\(producer)-b\(batch)-\($0)", journal: journal)) })
                 }
             }
-            group.wait()
-            guard failures.withLock({ $0 }) == 0 else { throw ChildAppError("some batches failed") }
         }
         // Then a lifecycle cost at most 0.05 flushes: a batch's one flush (fewer where
         // batches of different producers share one), and removals sharing flushes
@@ -94,21 +101,11 @@ struct FlushCountTests {
     @Test func eightProducersShareFlushes() async throws {
         // When 8 threads each add 50 operations, one at a time, on a queue running 4 at once
         let perLifecycle = try await Self.flushesPerLifecycle(400, width: 4) { queue, journal in
-            let failures = Locked(0)
-            let group = DispatchGroup()
-            for producer in 0..<8 {
-                group.enter()
-                Thread.detachNewThread {
-                    for index in 0..<50 {
-                        if (try? queue.addOperation(ScriptedUpload(payload: UploadPayload(name: "p\(producer)-\(index)", journal: journal)))) == nil {
-                            failures.withLock { $0 += 1 }
-                        }
-                    }
-                    group.leave()
+            try Self.onEightProducers { producer in
+                for index in 0..<50 {
+                    try queue.addOperation(ScriptedUpload(payload: UploadPayload(name: "p\(producer)-\(index)", journal: journal)))
                 }
             }
-            group.wait()
-            guard failures.withLock({ $0 }) == 0 else { throw ChildAppError("some adds failed") }
         }
         // Then concurrent adds shared flushes: fewer than one a lifecycle (the target, 0.05,
         // would need more than 8 adds to meet in each flush; the figure is printed)
