@@ -106,6 +106,63 @@ struct JournalHintTests {
         #expect(longKeptWhole)
     }
 
+    @Test func numbersAtTheirExtremesAndOffsetsThatGoBackRoundTrip() throws {
+        // Given entries whose numbers sit at the ends of their ranges, whose offsets and
+        // enqueue sequences go back as well as forward (each is written as its difference from
+        // the entry before), and a plain record whose counts are negative
+        var high = RecordFormat.IndexFields(id: UUID(), enqueueSequence: .max, priority: .max, typeIdentifier: "a", attemptsInFlight: .max)
+        high.dueDate = Date(timeIntervalSinceReferenceDate: -1e300)
+        let low = RecordFormat.IndexFields(id: UUID(), enqueueSequence: 0, priority: .min, typeIdentifier: "b", attemptsInFlight: .min)
+        let plainID = UUID()
+        let plainFields = RecordFormat.PlainFields(
+            key: UUIDBits(plainID), typeIdentifier: "a", formatVersion: Int(UInt16.max), priority: -1, enqueueSequence: 1,
+            enqueuedAt: -0.0, notBefore: .infinity, nextAttemptAt: 1e-300, numberOfRetries: .min, numberOfAttempts: -1, attemptsInFlight: 0
+        )
+        var plainIndex = RecordFormat.IndexFields(id: plainID, enqueueSequence: 1, priority: -1, typeIdentifier: "a", attemptsInFlight: 0)
+        plainIndex.dueDate = plainFields.dueDate
+        let hint = JournalHint(salt: .max, number: .max, generation: .max, validEnd: .max, entries: [
+            .record(.init(kind: .put, offset: .max, length: .max, fields: high, plain: nil)),
+            .record(.init(kind: .batchPart, offset: 0, length: 0, fields: low, plain: nil)),
+            .frame(offset: .max, kind: .retire, body: Data()),
+            .record(.init(kind: .moveToFailed, offset: 1, length: 1, fields: plainIndex, plain: plainFields)),
+            .frame(offset: 0, kind: .remove, body: Data(repeating: 0xFF, count: 200)),
+        ])
+        // Then it reads back as written
+        #expect(JournalHint.decode(hint.encoded()) == hint)
+    }
+
+    @Test func aTypicalRecordTakesAboutFortyBytesAndAHintOfTheEarlierFormatIsRefused() throws {
+        // Given the hint of a batch of 1,000 plain records of about 630 bytes each, one after
+        // another, as a batch of `addOperations` stores them
+        let entries: [JournalHint.Entry] = (0..<1_000).map { index in
+            let id = UUID()
+            let plain = RecordFormat.PlainFields(
+                key: UUIDBits(id), typeIdentifier: "com.example.upload", formatVersion: 5, priority: 0, enqueueSequence: UInt64(5_000 + index),
+                enqueuedAt: 786_000_000.123 + Double(index) / 1_000, notBefore: nil, nextAttemptAt: nil, numberOfRetries: 0, numberOfAttempts: 0, attemptsInFlight: 0
+            )
+            let fields = RecordFormat.IndexFields(id: id, enqueueSequence: UInt64(5_000 + index), priority: 0, typeIdentifier: "com.example.upload", attemptsInFlight: 0)
+            return .record(.init(kind: .batchPart, offset: Int64(96 + index * 634), length: 630, fields: fields, plain: plain))
+        }
+        let bytes = JournalHint(salt: 7, number: 3, generation: 0, validEnd: 700_000, entries: entries).encoded()
+        // Then a record takes at most 40 bytes of it (85 in the format before)
+        let perRecord = Double(bytes.count - JournalHint.headerSize - 4 - 4 - "com.example.upload".utf8.count) / 1_000
+        #expect(perRecord <= 40, "\(perRecord) bytes a record")
+        #expect(JournalHint.decode(bytes)?.entries == entries)
+
+        // And the same bytes saying format version 1 (an earlier release's hint: its numbers
+        // at full width), with checksums that hold, are refused: the segment is read instead
+        var earlier = [UInt8](bytes)
+        earlier[8] = 1
+        earlier[9] = 0
+        let headerChecksum = CRC32.checksum(of: earlier[0..<52])
+        withUnsafeBytes(of: headerChecksum.littleEndian) { for (offset, byte) in $0.enumerated() { earlier[52 + offset] = byte } }
+        #expect(JournalHint.decode(Data(earlier)) == nil)
+        earlier[8] = 2
+        let restored = CRC32.checksum(of: earlier[0..<52])
+        withUnsafeBytes(of: restored.littleEndian) { for (offset, byte) in $0.enumerated() { earlier[52 + offset] = byte } }
+        #expect(JournalHint.decode(Data(earlier)) != nil)
+    }
+
     @Test func sealedSegmentsGetHintsAndAnOpenReadsThemToTheSameContents() throws {
         // Given a store of many segments, closed
         let directory = try TemporaryDirectory()

@@ -1,19 +1,19 @@
 import Foundation
 
-// Journal hint format, version 1
+// Journal hint format, version 2
 // ==============================
 //
 // A hint file sits beside a sealed segment (one no frame will be appended to) and says, in
 // the order of its frames, what each frame does to the journal's index, without the records'
-// payloads: an open reads a million records' hints (about 90 MB) instead of their segments
-// (about 600 MB with the typical payload), and a restore reads them again instead of every
+// payloads: an open reads a million records' hints (about 40 MB) instead of their segments
+// (about 630 MB with the typical payload), and a restore reads them again instead of every
 // record. The idea is Bitcask's hint files. A hint is derived data: the segment stays the
-// truth, and a hint that is missing, damaged, or names another segment is ignored and the
-// segment is read instead.
+// truth, and a hint that is missing, damaged, of another format version, or names another
+// segment is ignored and the segment is read instead (and the hint made again).
 //
 //     offset  size  field
 //     0       8     magic: 0x89 'O' 'P' 'H' 0x0D 0x0A 0x1A 0x0A
-//     8       2     format version (1)
+//     8       2     format version (2)
 //     10      2     reserved, must be 0
 //     12      4     the segment's salt
 //     16      8     the segment's number
@@ -30,22 +30,33 @@ import Foundation
 // (The type identifiers follow the entries, and the header has a checksum of its own, so
 // that a large hint is written as it is made, its header last.)
 //
-// Numbers are little-endian. An entry starts with a tag byte:
+// Fixed-size numbers are little-endian. Most numbers of an entry are varints: 7 bits a byte,
+// least significant first, the high bit set on every byte but the last, at most 10 bytes;
+// signed ones zigzag-encoded first (0, -1, 1, -2, … as 0, 1, 2, 3, …). "Δ" marks a number
+// written as its difference from the same number of the entry before (0 before the first):
+// offsets from the previous entry's offset, enqueue sequences from the previous record's.
+// An entry starts with a tag byte:
 //
 // - 1 (a put frame's record), 2 (a record in a batch frame), 3 (a move to the failed area):
-//       8 offset of the record's bytes (the frame, or the part in the batch's body)
-//       4 their length
+//       signed Δ offset of the record's bytes (the frame, or the part in the batch's body)
+//       varint their length
 //       1 flags: 1 plain, 2 periodic, 4 due date, 8 idempotency key, 16 not-before date,
 //         32 next-attempt date
 //       16 the record's identifier (UUID bytes)
-//       8 enqueue sequence, 8 priority, 4 type (index into the identifiers), 8 attempts in flight
+//       signed Δ enqueue sequence (as a 64-bit two's complement difference), signed
+//       priority, varint type (index into the identifiers), signed attempts in flight
 //       [8 due date, seconds since the reference date]   when flag 4
 //       [4 length and UTF-8 bytes of the idempotency key] when flag 8
 //       when flag 1 (the record has only the fields every record has, see
-//       `RecordFormat.plainFields`): 2 format version, 8 enqueue date,
-//       [8 not-before] when flag 16, [8 next-attempt] when flag 32, 8 retries, 8 attempts
+//       `RecordFormat.plainFields`): varint format version, 8 enqueue date,
+//       [8 not-before] when flag 16, [8 next-attempt] when flag 32, signed retries,
+//       signed attempts
 // - 4 (any other frame: a removal, a retired key, an attempt marker):
-//       8 offset of the frame, 1 kind, 4 body length, the body
+//       signed Δ offset of the frame, 1 kind, varint body length, the body
+//
+// Version 1 (written by earlier releases) held every number at its full width: about 85
+// bytes a typical record against about 37. Its hints are ignored, and made again in the
+// new format.
 //
 // A hint is written (to a temporary name, then renamed) only for a segment that is sealed and
 // flushed, and only when every byte of the segment verified and every record in it was read:
@@ -65,7 +76,7 @@ package struct JournalHint: Equatable, Sendable {
     /// The magic bytes at the start of every hint file.
     package static let magic: [UInt8] = [0x89, 0x4F, 0x50, 0x48, 0x0D, 0x0A, 0x1A, 0x0A]
     /// The format version this library writes and reads.
-    package static let formatVersion = 1
+    package static let formatVersion = 2
     /// The extension of hint files: `<segment name without its extension>.hint`.
     package static let fileExtension = "hint"
 
@@ -151,6 +162,10 @@ package struct JournalHint: Equatable, Sendable {
         private var types: [String] = []
         private var typeOrdinals: [String: UInt32] = [:]
         private var count: UInt32 = 0
+        /// What the next entry's differences are taken from: the last entry's offset and the
+        /// last record's enqueue sequence.
+        private var previousOffset: Int64 = 0
+        private var previousSequence: UInt64 = 0
         /// The bytes of the entries taken so far, and their checksum.
         private var taken = 0
         private var checksum: UInt32?
@@ -181,29 +196,32 @@ package struct JournalHint: Equatable, Sendable {
                 if record.plain?.notBefore != nil { flags |= Flag.notBefore }
                 if record.plain?.nextAttemptAt != nil { flags |= Flag.nextAttemptAt }
                 body.append(UInt8(record.kind.rawValue))
-                body.append(UInt64(bitPattern: record.offset))
-                body.append(UInt32(bitPattern: record.length))
+                body.appendSigned(record.offset &- previousOffset)
+                previousOffset = record.offset
+                body.appendVarint(UInt64(UInt32(bitPattern: record.length)))
                 body.append(flags)
                 withUnsafeBytes(of: fields.id.uuid) { body.bytes.append(contentsOf: $0) }
-                body.append(fields.enqueueSequence)
-                body.append(UInt64(bitPattern: Int64(fields.priority)))
-                body.append(ordinal(fields.typeIdentifier))
-                body.append(UInt64(bitPattern: Int64(fields.attemptsInFlight)))
+                body.appendSigned(Int64(bitPattern: fields.enqueueSequence &- previousSequence))
+                previousSequence = fields.enqueueSequence
+                body.appendSigned(Int64(fields.priority))
+                body.appendVarint(UInt64(ordinal(fields.typeIdentifier)))
+                body.appendSigned(Int64(fields.attemptsInFlight))
                 if let due = fields.dueDate { body.append(due.timeIntervalSinceReferenceDate.bitPattern) }
                 if let key = fields.idempotencyKey { body.appendString(key) }
                 if let plain = record.plain {
-                    body.append(UInt16(truncatingIfNeeded: plain.formatVersion))
+                    body.appendVarint(UInt64(UInt16(truncatingIfNeeded: plain.formatVersion)))
                     body.append(plain.enqueuedAt.bitPattern)
                     if let notBefore = plain.notBefore { body.append(notBefore.bitPattern) }
                     if let next = plain.nextAttemptAt { body.append(next.bitPattern) }
-                    body.append(UInt64(bitPattern: Int64(plain.numberOfRetries)))
-                    body.append(UInt64(bitPattern: Int64(plain.numberOfAttempts)))
+                    body.appendSigned(Int64(plain.numberOfRetries))
+                    body.appendSigned(Int64(plain.numberOfAttempts))
                 }
             case .frame(let offset, let kind, let frameBody):
                 body.append(UInt8(4))
-                body.append(UInt64(bitPattern: offset))
+                body.appendSigned(offset &- previousOffset)
+                previousOffset = offset
                 body.append(kind.rawValue)
-                body.append(UInt32(frameBody.count))
+                body.appendVarint(UInt64(frameBody.count))
                 body.bytes.append(contentsOf: frameBody)
             }
         }
@@ -275,6 +293,22 @@ private struct HintWriter {
         append(UInt32(string.utf8.count))
         bytes.append(contentsOf: string.utf8)
     }
+
+    /// `value` as a varint: 7 bits a byte, least significant first, the high bit set on
+    /// every byte but the last.
+    mutating func appendVarint(_ value: UInt64) {
+        var value = value
+        while value >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: value) | 0x80)
+            value >>= 7
+        }
+        bytes.append(UInt8(value))
+    }
+
+    /// `value` zigzag-encoded (0, -1, 1, -2, … as 0, 1, 2, 3, …), as a varint.
+    mutating func appendSigned(_ value: Int64) {
+        appendVarint(UInt64(bitPattern: (value << 1) ^ (value >> 63)))
+    }
 }
 
 /// Bounds-checked little-endian reads for ``JournalHint/decode(_:)``: any
@@ -282,12 +316,56 @@ private struct HintWriter {
 private struct HintReader {
     let bytes: UnsafeRawBufferPointer
     var position: Int
+    /// The last entry's offset and the last record's enqueue sequence, which an entry's
+    /// differences are added to.
+    var previousOffset: Int64 = 0
+    var previousSequence: UInt64 = 0
 
     mutating func read<Value: FixedWidthInteger>(_: Value.Type) -> Value? {
         let size = MemoryLayout<Value>.size
         guard position <= bytes.count - size else { return nil }
         defer { position += size }
         return Value(littleEndian: bytes.loadUnaligned(fromByteOffset: position, as: Value.self))
+    }
+
+    /// A varint (see ``HintWriter/appendVarint(_:)``): nil past the end, or for more than
+    /// 10 bytes or more than 64 bits.
+    mutating func readVarint() -> UInt64? {
+        // Most of a hint's varints take one byte, or two.
+        if position < bytes.count - 1 {
+            let first = bytes[position]
+            if first < 0x80 {
+                position += 1
+                return UInt64(first)
+            }
+            let second = bytes[position + 1]
+            if second < 0x80 {
+                position += 2
+                return UInt64(first & 0x7F) | UInt64(second) << 7
+            }
+        }
+        var value: UInt64 = 0
+        var shift: UInt64 = 0
+        while position < bytes.count {
+            let byte = bytes[position]
+            position += 1
+            // The tenth byte holds the top bit only.
+            guard shift < 63 || byte <= 1 else { return nil }
+            value |= UInt64(byte & 0x7F) << shift
+            if byte < 0x80 { return value }
+            shift += 7
+        }
+        return nil
+    }
+
+    /// A zigzag-encoded varint (see ``HintWriter/appendSigned(_:)``).
+    mutating func readSigned() -> Int64? {
+        readVarint().map { Int64(bitPattern: ($0 >> 1) ^ (0 &- ($0 & 1))) }
+    }
+
+    /// A signed varint that fits an `Int`.
+    mutating func readInt() -> Int? {
+        readSigned().flatMap { Int(exactly: $0) }
     }
 
     mutating func readDouble() -> Double? {
@@ -303,10 +381,6 @@ private struct HintReader {
     mutating func readString() -> String? {
         guard let count = read(UInt32.self), let utf8 = readBytes(Int(count)) else { return nil }
         return String(validating: utf8.bindMemory(to: UInt8.self), as: UTF8.self)
-    }
-
-    func int(_ value: UInt64?) -> Int? {
-        value.flatMap { Int(exactly: Int64(bitPattern: $0)) }
     }
 
     mutating func hint() -> JournalHint? {
@@ -328,6 +402,8 @@ private struct HintReader {
         var entries: [JournalHint.Entry] = []
         entries.reserveCapacity(Int(entryCount))
         position = JournalHint.headerSize
+        previousOffset = 0
+        previousSequence = 0
         for _ in 0..<entryCount {
             guard let entry = entry(types: types) else { return nil }
             entries.append(entry)
@@ -339,15 +415,20 @@ private struct HintReader {
     private mutating func entry(types: [String]) -> JournalHint.Entry? {
         guard let tag = read(UInt8.self) else { return nil }
         if tag == 4 {
-            guard let offset = read(UInt64.self), let kindValue = read(UInt8.self), let kind = JournalFrame.Kind(rawValue: kindValue),
+            guard let delta = readSigned(), let kindValue = read(UInt8.self), let kind = JournalFrame.Kind(rawValue: kindValue),
                   kind == .remove || kind == .retire || kind == .attempt,
-                  let count = read(UInt32.self), let body = readBytes(Int(count)) else { return nil }
-            return .frame(offset: Int64(bitPattern: offset), kind: kind, body: Data(body))
+                  let count = readVarint(), count <= UInt64(bytes.count), let body = readBytes(Int(count)) else { return nil }
+            previousOffset = previousOffset &+ delta
+            return .frame(offset: previousOffset, kind: kind, body: Data(body))
         }
-        guard let kind = JournalHint.Record.Kind(rawValue: tag), let offset = read(UInt64.self), let length = read(UInt32.self),
-              let flags = read(UInt8.self), let idBytes = readBytes(16), let sequence = read(UInt64.self),
-              let priority = int(read(UInt64.self)), let type = read(UInt32.self), Int(type) < types.count,
-              let attemptsInFlight = int(read(UInt64.self)) else { return nil }
+        guard let kind = JournalHint.Record.Kind(rawValue: tag), let delta = readSigned(), let length = readVarint(),
+              let flags = read(UInt8.self), let idBytes = readBytes(16), let sequenceDelta = readSigned(),
+              let priority = readInt(), let type = readVarint(), type < UInt64(types.count),
+              let attemptsInFlight = readInt() else { return nil }
+        let offset = previousOffset &+ delta
+        previousOffset = offset
+        let sequence = previousSequence &+ UInt64(bitPattern: sequenceDelta)
+        previousSequence = sequence
         var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         withUnsafeMutableBytes(of: &uuid) { $0.copyMemory(from: idBytes) }
         let id = UUID(uuid: uuid)
@@ -365,7 +446,7 @@ private struct HintReader {
         }
         var plain: RecordFormat.PlainFields?
         if flags & JournalHint.Flag.plain != 0 {
-            guard let formatVersion = read(UInt16.self), let enqueuedAt = readDouble() else { return nil }
+            guard let formatVersion = readVarint(), formatVersion <= UInt64(UInt16.max), let enqueuedAt = readDouble() else { return nil }
             var notBefore: Double?
             var nextAttemptAt: Double?
             if flags & JournalHint.Flag.notBefore != 0 {
@@ -376,14 +457,14 @@ private struct HintReader {
                 guard let value = readDouble() else { return nil }
                 nextAttemptAt = value
             }
-            guard let retries = int(read(UInt64.self)), let attempts = int(read(UInt64.self)) else { return nil }
+            guard let retries = readInt(), let attempts = readInt() else { return nil }
             plain = RecordFormat.PlainFields(
                 key: UUIDBits(id), typeIdentifier: fields.typeIdentifier, formatVersion: Int(formatVersion), priority: priority,
                 enqueueSequence: sequence, enqueuedAt: enqueuedAt, notBefore: notBefore, nextAttemptAt: nextAttemptAt,
                 numberOfRetries: retries, numberOfAttempts: attempts, attemptsInFlight: attemptsInFlight
             )
         }
-        guard Int32(exactly: length) != nil else { return nil }
-        return .record(JournalHint.Record(kind: kind, offset: Int64(bitPattern: offset), length: Int32(length), fields: fields, plain: plain))
+        guard let length = Int32(exactly: length) else { return nil }
+        return .record(JournalHint.Record(kind: kind, offset: offset, length: length, fields: fields, plain: plain))
     }
 }
