@@ -224,6 +224,42 @@ struct JournalHintTests {
         reopened.close()
     }
 
+    @Test func hintsOfTheEarlierFormatAreIgnoredAndMadeAgainInTheNewOne() throws {
+        // Given a closed store whose hints all say format version 1 (as an earlier release
+        // wrote them), their checksums holding
+        let directory = try TemporaryDirectory()
+        let (pending, failed) = try fillStore(directory)
+        let path = journalPath(directory)
+        let hints = try files(directory, ending: ".hint")
+        for hint in hints {
+            var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path + "/" + hint)))
+            bytes[8] = 1
+            bytes[9] = 0
+            withUnsafeBytes(of: CRC32.checksum(of: bytes[0..<52]).littleEndian) { for (offset, byte) in $0.enumerated() { bytes[52 + offset] = byte } }
+            try Data(bytes).write(to: URL(fileURLWithPath: path + "/" + hint))
+        }
+        // When it is opened
+        let store = try JournalStore(directory: directory.store, configuration: Self.configuration)
+        // Then no hint was used, nothing was quarantined, and every record reads as written
+        #expect(store.segmentsOpenedFromHints.isEmpty)
+        #expect(store.openReport.quarantined.isEmpty)
+        let read = try contents(of: store, failedID: failed.id)
+        store.close()
+        #expect(read.pending.count == pending.count)
+        let asWritten = pending.allSatisfy { read.pending[$0.id] == $0 }
+        #expect(asWritten)
+        // And the hints were made again in the format this library reads, which the next
+        // open uses
+        let versions = try files(directory, ending: ".hint").map { hint in
+            try Data(contentsOf: URL(fileURLWithPath: path + "/" + hint))[8]
+        }
+        #expect(versions.count == hints.count && versions.allSatisfy { Int($0) == JournalHint.formatVersion })
+        let reopened = try JournalStore(directory: directory.store, configuration: Self.configuration)
+        #expect(reopened.segmentsOpenedFromHints.count >= hints.count - 1)
+        #expect(try contents(of: reopened, failedID: failed.id) == read)
+        reopened.close()
+    }
+
     @Test func aHintThatEndsBeforeItsSegmentsLastFrameIsIgnored() throws {
         // Given a closed store, and the hint of its first segment replaced by one that knows
         // nothing of the segment's last frame (as a hint made before a frame was appended)
