@@ -65,6 +65,20 @@ struct JournalHintTests {
         return Contents(pending: pending, failed: try? store.readFailed(id: failedID), markers: store.attemptMarkers(), plain: plain, others: others)
     }
 
+    /// Opens the store, expects it to have read every segment (no hint used), quarantined
+    /// nothing and read every record as written, and returns what it read, closed.
+    private func openReadingSegments(_ directory: TemporaryDirectory, pending: [OperationRecord], failed: OperationRecord) throws -> Contents {
+        let store = try JournalStore(directory: directory.store, configuration: Self.configuration)
+        #expect(store.segmentsOpenedFromHints.isEmpty)
+        #expect(store.openReport.quarantined.isEmpty)
+        let read = try contents(of: store, failedID: failed.id)
+        store.close()
+        #expect(read.pending.count == pending.count)
+        let asWritten = pending.allSatisfy { read.pending[$0.id] == $0 }
+        #expect(asWritten)
+        return read
+    }
+
     @Test func aHintRoundTripsEveryKindOfEntryAndDamageMakesItUnreadable() throws {
         // Given a hint with every kind of entry
         var keyed = RecordFormat.IndexFields(id: UUID(), enqueueSequence: 3, priority: -2, typeIdentifier: "com.example.sync", attemptsInFlight: 1)
@@ -207,16 +221,9 @@ struct JournalHintTests {
             bytes[(index * 97) % bytes.count] ^= 0x01
             try bytes.write(to: URL(fileURLWithPath: path + "/" + hint))
         }
-        // When it is opened
-        let store = try JournalStore(directory: directory.store, configuration: Self.configuration)
-        // Then no hint was used, nothing was quarantined, and every record reads as written
-        #expect(store.segmentsOpenedFromHints.isEmpty)
-        #expect(store.openReport.quarantined.isEmpty)
-        let read = try contents(of: store, failedID: failed.id)
-        store.close()
-        #expect(read.pending.count == pending.count)
-        let asWritten = pending.allSatisfy { read.pending[$0.id] == $0 }
-        #expect(asWritten)
+        // When it is opened, Then no hint was used, nothing was quarantined, and every record
+        // reads as written
+        let read = try openReadingSegments(directory, pending: pending, failed: failed)
         // And the next open reads hints made again
         let reopened = try JournalStore(directory: directory.store, configuration: Self.configuration)
         #expect(!reopened.segmentsOpenedFromHints.isEmpty)
@@ -238,16 +245,9 @@ struct JournalHintTests {
             withUnsafeBytes(of: CRC32.checksum(of: bytes[0..<52]).littleEndian) { for (offset, byte) in $0.enumerated() { bytes[52 + offset] = byte } }
             try Data(bytes).write(to: URL(fileURLWithPath: path + "/" + hint))
         }
-        // When it is opened
-        let store = try JournalStore(directory: directory.store, configuration: Self.configuration)
-        // Then no hint was used, nothing was quarantined, and every record reads as written
-        #expect(store.segmentsOpenedFromHints.isEmpty)
-        #expect(store.openReport.quarantined.isEmpty)
-        let read = try contents(of: store, failedID: failed.id)
-        store.close()
-        #expect(read.pending.count == pending.count)
-        let asWritten = pending.allSatisfy { read.pending[$0.id] == $0 }
-        #expect(asWritten)
+        // When it is opened, Then no hint was used, nothing was quarantined, and every record
+        // reads as written
+        let read = try openReadingSegments(directory, pending: pending, failed: failed)
         // And the hints were made again in the format this library reads, which the next
         // open uses
         let versions = try files(directory, ending: ".hint").map { hint in
