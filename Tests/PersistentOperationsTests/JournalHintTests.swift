@@ -79,6 +79,15 @@ struct JournalHintTests {
         return read
     }
 
+    /// A hint file's bytes saying format version `version` in its header, the header's
+    /// checksum made again so that it holds.
+    private static func relabelled(_ hint: [UInt8], version: UInt16) -> [UInt8] {
+        var bytes = hint
+        withUnsafeBytes(of: version.littleEndian) { for (offset, byte) in $0.enumerated() { bytes[8 + offset] = byte } }
+        withUnsafeBytes(of: CRC32.checksum(of: bytes[0..<52]).littleEndian) { for (offset, byte) in $0.enumerated() { bytes[52 + offset] = byte } }
+        return bytes
+    }
+
     @Test func aHintRoundTripsEveryKindOfEntryAndDamageMakesItUnreadable() throws {
         // Given a hint with every kind of entry
         var keyed = RecordFormat.IndexFields(id: UUID(), enqueueSequence: 3, priority: -2, typeIdentifier: "com.example.sync", attemptsInFlight: 1)
@@ -158,23 +167,16 @@ struct JournalHintTests {
             return .record(.init(kind: .batchPart, offset: Int64(96 + index * 634), length: 630, fields: fields, plain: plain))
         }
         let bytes = JournalHint(salt: 7, number: 3, generation: 0, validEnd: 700_000, entries: entries).encoded()
-        // Then a record takes at most 40 bytes of it (85 in the format before)
+        // Then a record takes at most 40 bytes of it (84 in the format before)
         let perRecord = Double(bytes.count - JournalHint.headerSize - 4 - 4 - "com.example.upload".utf8.count) / 1_000
         #expect(perRecord <= 40, "\(perRecord) bytes a record")
         #expect(JournalHint.decode(bytes)?.entries == entries)
 
         // And the same bytes saying format version 1 (an earlier release's hint: its numbers
         // at full width), with checksums that hold, are refused: the segment is read instead
-        var earlier = [UInt8](bytes)
-        earlier[8] = 1
-        earlier[9] = 0
-        let headerChecksum = CRC32.checksum(of: earlier[0..<52])
-        withUnsafeBytes(of: headerChecksum.littleEndian) { for (offset, byte) in $0.enumerated() { earlier[52 + offset] = byte } }
+        let earlier = Self.relabelled([UInt8](bytes), version: 1)
         #expect(JournalHint.decode(Data(earlier)) == nil)
-        earlier[8] = 2
-        let restored = CRC32.checksum(of: earlier[0..<52])
-        withUnsafeBytes(of: restored.littleEndian) { for (offset, byte) in $0.enumerated() { earlier[52 + offset] = byte } }
-        #expect(JournalHint.decode(Data(earlier)) != nil)
+        #expect(JournalHint.decode(Data(Self.relabelled(earlier, version: 2))) != nil)
     }
 
     @Test func sealedSegmentsGetHintsAndAnOpenReadsThemToTheSameContents() throws {
@@ -239,11 +241,8 @@ struct JournalHintTests {
         let path = journalPath(directory)
         let hints = try files(directory, ending: ".hint")
         for hint in hints {
-            var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path + "/" + hint)))
-            bytes[8] = 1
-            bytes[9] = 0
-            withUnsafeBytes(of: CRC32.checksum(of: bytes[0..<52]).littleEndian) { for (offset, byte) in $0.enumerated() { bytes[52 + offset] = byte } }
-            try Data(bytes).write(to: URL(fileURLWithPath: path + "/" + hint))
+            let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path + "/" + hint)))
+            try Data(Self.relabelled(bytes, version: 1)).write(to: URL(fileURLWithPath: path + "/" + hint))
         }
         // When it is opened, Then no hint was used, nothing was quarantined, and every record
         // reads as written

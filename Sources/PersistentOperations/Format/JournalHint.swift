@@ -54,7 +54,7 @@ import Foundation
 // - 4 (any other frame: a removal, a retired key, an attempt marker):
 //       signed Δ offset of the frame, 1 kind, varint body length, the body
 //
-// Version 1 (written by earlier releases) held every number at its full width: about 85
+// Version 1 (written by earlier releases) held every number at its full width: about 84
 // bytes a typical record against about 37. Its hints are ignored, and made again in the
 // new format.
 //
@@ -331,19 +331,6 @@ private struct HintReader {
     /// A varint (see ``HintWriter/appendVarint(_:)``): nil past the end, or for more than
     /// 10 bytes or more than 64 bits.
     mutating func readVarint() -> UInt64? {
-        // Most of a hint's varints take one byte, or two.
-        if position < bytes.count - 1 {
-            let first = bytes[position]
-            if first < 0x80 {
-                position += 1
-                return UInt64(first)
-            }
-            let second = bytes[position + 1]
-            if second < 0x80 {
-                position += 2
-                return UInt64(first & 0x7F) | UInt64(second) << 7
-            }
-        }
         var value: UInt64 = 0
         var shift: UInt64 = 0
         while position < bytes.count {
