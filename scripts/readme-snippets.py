@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Keeps the code samples of the README and the DocC articles identical to compiled sources.
 
-A sample in README.md or in a DocC catalog (Sources/*/*.docc) sits between
-`<!-- snippet: NAME -->` and `<!-- end snippet -->`. Its source is the region between
-`// snippet: NAME` and `// end snippet` in a file under Tests/ (compiled and run by
-`swift test`). `--check` fails if any sample differs; without it, the documents are
+A sample in README.md, in a DocC catalog (Sources/*/*.docc) or in an integration's README
+(Integrations/*/README.md) sits between `<!-- snippet: NAME -->` and `<!-- end snippet -->`.
+Its source is the region between `// snippet: NAME` and `// end snippet` in a file under
+Tests/ or Integrations/*/Tests/ (compiled and run by `swift test`, CI's integration step). `--check` fails if any sample differs; without it, the documents are
 rewritten from the sources.
 """
 import pathlib
@@ -16,11 +16,12 @@ root = pathlib.Path(__file__).resolve().parent.parent
 readme_path = root / "README.md"
 
 sources = {}
-for path in sorted((root / "Tests").rglob("*.swift")):
+test_directories = [root / "Tests"] + sorted((root / "Integrations").glob("*/Tests"))
+for path in sorted(path for directory in test_directories for path in directory.rglob("*.swift")):
     for match in re.finditer(r"^[ \t]*// snippet: (\S+)\n(.*?)^[ \t]*// end snippet", path.read_text(), re.M | re.S):
         sources[match.group(1)] = textwrap.dedent(match.group(2)).rstrip("\n")
 
-documents = [readme_path] + sorted((root / "Sources").glob("*/*.docc/**/*.md"))
+documents = [readme_path] + sorted((root / "Sources").glob("*/*.docc/**/*.md")) + sorted((root / "Integrations").glob("*/README.md"))
 # A sample never reaches into the next one, even when it is empty or broken.
 pattern = re.compile(r"(<!-- snippet: (\S+) -->\n```swift\n)((?:(?!<!-- (?:end )?snippet).)*?)(\n```\n<!-- end snippet -->)", re.S)
 problems = []
@@ -34,7 +35,7 @@ for document in documents:
     def replace(match):
         snippet = match.group(2)
         if snippet not in sources:
-            problems.append(f"{name}: snippet '{snippet}' has no source region '// snippet: {snippet}' under Tests/")
+            problems.append(f"{name}: snippet '{snippet}' has no source region '// snippet: {snippet}' under Tests/ or Integrations/*/Tests/")
             return match.group(0)
         if match.group(3) != sources[snippet]:
             problems.append(f"{name}: snippet '{snippet}' differs from its compiled source")
@@ -51,7 +52,7 @@ if "--check" in sys.argv:
     if problems:
         print("run: python3 scripts/readme-snippets.py", file=sys.stderr)
         sys.exit(1)
-    print(f"{count} snippets in README.md and DocC articles match their sources")
+    print(f"{count} snippets in README.md, DocC articles and integration READMEs match their sources")
 else:
     for document, text in updates.items():
         if text != document.read_text():
