@@ -30,6 +30,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // One worker process of the fleet chaos test (FleetChaosTests): not a product.
+        .executableTarget(
+            name: "FleetChaosWorker",
+            dependencies: [
+                "RetryingOperationPostgreSQL",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .testTarget(
             name: "RetryingOperationPostgreSQLTests",
             dependencies: ["RetryingOperationPostgreSQL"]

@@ -95,26 +95,10 @@ final class TemporaryPostgreSQL: @unchecked Sendable {
     private static func run(_ executable: String, _ arguments: [String]) throws -> String {
         let outputPath = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-pg-output-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: outputPath) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var pid = pid_t()
-        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, environ)
-        guard spawned == 0 else {
-            throw TemporaryPostgreSQLError(command: executable, output: "posix_spawn: \(String(cString: strerror(spawned)))")
-        }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1 {
-            guard errno == EINTR else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .ECHILD) }
-        }
+        let pid = try ChildProcess.spawn(executable, arguments, output: outputPath)
+        let status = try ChildProcess.wait(pid)
         let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
-        // Exited normally (no signal in the low seven bits) with status 0.
-        guard status & 0x7f == 0, (status >> 8) & 0xff == 0 else {
+        guard status == .exited(0) else {
             throw TemporaryPostgreSQLError(command: ([executable] + arguments).joined(separator: " "), output: text)
         }
         return text
