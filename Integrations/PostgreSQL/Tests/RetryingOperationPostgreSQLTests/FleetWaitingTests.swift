@@ -26,13 +26,7 @@ final class FleetWaitingTests: FleetTestCase, @unchecked Sendable {
     func testAnAddByAnotherWorkerWakesAWaitingOne() async throws {
         let schema = freshSchema()
         try await withStore(schema: schema) { _ in }
-        let waiting = Task {
-            try await self.withStore(schema: schema) { store in
-                let started = ContinuousClock.now
-                let woken = try await store.waitForWork(atMost: .seconds(60))
-                return (woken, ContinuousClock.now - started)
-            }
-        }
+        let waiting = waitInAnotherWorker(schema: schema)
         try await Task.sleep(for: .milliseconds(700))
         try await withStore(schema: schema) { store in
             try await store.add([operation("wake up")])
@@ -66,13 +60,7 @@ final class FleetWaitingTests: FleetTestCase, @unchecked Sendable {
         XCTAssertEqual(claim.count, 2)
         // Both leased for 30 s: a waiter sleeps until a notification.
         for wake in ["retry", "requeue"] {
-            let waiting = Task {
-                try await self.withStore(schema: schema) { store in
-                    let started = ContinuousClock.now
-                    let woken = try await store.waitForWork(atMost: .seconds(60))
-                    return (woken, ContinuousClock.now - started)
-                }
-            }
+            let waiting = waitInAnotherWorker(schema: schema)
             try await Task.sleep(for: .milliseconds(700))
             try await withStore(schema: schema) { store in
                 if wake == "retry" {
@@ -89,6 +77,18 @@ final class FleetWaitingTests: FleetTestCase, @unchecked Sendable {
             // Take the re-queued one again, so the next waiter sleeps.
             let retaken = try await withStore(schema: schema) { try await $0.claim(worker: "w1", limit: 1) }
             XCTAssertEqual(retaken.count, 1, wake)
+        }
+    }
+
+    /// A worker of its own waiting for work on `schema` (at most 60 s): whether it was woken,
+    /// and after how long.
+    func waitInAnotherWorker(schema: String) -> Task<(Bool, Duration), any Error> {
+        Task {
+            try await self.withStore(schema: schema) { store in
+                let started = ContinuousClock.now
+                let woken = try await store.waitForWork(atMost: .seconds(60))
+                return (woken, ContinuousClock.now - started)
+            }
         }
     }
 }
