@@ -4,8 +4,9 @@
 A sample in README.md, in a DocC catalog (Sources/*/*.docc) or in an integration's README
 (Integrations/*/README.md) sits between `<!-- snippet: NAME -->` and `<!-- end snippet -->`.
 Its source is the region between `// snippet: NAME` and `// end snippet` in a file under
-Tests/ or Integrations/*/Tests/ (compiled and run by `swift test`, CI's integration step). `--check` fails if any sample differs; without it, the documents are
-rewritten from the sources.
+Tests/ or Integrations/*/Tests/ (compiled and run by `swift test` and CI's integration
+steps). `--check` fails if any sample differs; without it, the documents are rewritten from
+the sources.
 """
 import pathlib
 import re

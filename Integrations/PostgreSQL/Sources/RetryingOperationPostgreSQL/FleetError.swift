@@ -18,8 +18,6 @@ public struct FleetError: Error, Sendable, Equatable, CustomStringConvertible {
         /// The database's schema is older than this code needs: ``FleetStore/migrate()`` was
         /// not run. Nothing was written.
         case schemaTooOld(found: Int, required: Int)
-        /// The schema name given to the store is not a plain lowercase SQL identifier.
-        case invalidSchemaName(String)
         /// The claim's lease is no longer this worker's: it expired and the operation was
         /// claimed again (or moved aside, re-queued, purged). The write was refused: the new
         /// owner's state stands (fencing).

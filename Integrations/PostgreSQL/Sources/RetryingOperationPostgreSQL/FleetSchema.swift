@@ -76,12 +76,7 @@ enum FleetSchema {
         try await client.transaction(logger: logger) { connection in
             try await connection.query("SELECT pg_advisory_xact_lock(hashtext(\("retrying_operation_fleet." + name)))", logger: logger)
             let found = try await version(of: name, on: connection, logger: logger)
-            if found > currentVersion {
-                throw FleetError(
-                    .schemaTooNew(found: found, supported: currentVersion),
-                    "The fleet schema \(name) is at version \(found); this worker knows versions up to \(currentVersion). Nothing was written: upgrade this worker."
-                )
-            }
+            if found > currentVersion { throw tooNew(name, found: found) }
             guard found < currentVersion else { return }
             if found == 0 {
                 try await connection.query("CREATE SCHEMA IF NOT EXISTS \(unescaped: name)", logger: logger)
@@ -100,15 +95,18 @@ enum FleetSchema {
         }
     }
 
+    /// The error of a worker that meets the schema `name` at a version newer than it knows.
+    static func tooNew(_ name: String, found: Int) -> FleetError {
+        FleetError(
+            .schemaTooNew(found: found, supported: currentVersion),
+            "The fleet schema \(name) is at version \(found); this worker knows versions up to \(currentVersion). Nothing was written: upgrade this worker."
+        )
+    }
+
     /// Throws unless the schema `name` is at this code's version.
     static func check(_ name: String, client: PostgresClient, logger: Logger) async throws {
         let found = try await client.withConnection { try await version(of: name, on: $0, logger: logger) }
-        if found > currentVersion {
-            throw FleetError(
-                .schemaTooNew(found: found, supported: currentVersion),
-                "The fleet schema \(name) is at version \(found); this worker knows versions up to \(currentVersion). Nothing was written: upgrade this worker."
-            )
-        }
+        if found > currentVersion { throw tooNew(name, found: found) }
         if found < currentVersion {
             throw FleetError(
                 .schemaTooOld(found: found, required: currentVersion),

@@ -366,17 +366,20 @@ public final class FleetStore: Sendable {
     /// now or later): the query is wrapped so that the notification is sent in the same
     /// statement, only when a row changed.
     private func expectChange(_ query: PostgresQuery, _ claim: FleetClaim, _ action: String, notifies: Bool = false) async throws {
-        var query = query
-        if notifies { query = notifying(query) }
-        let rows = try await client.query(query, logger: logger)
-        var changed = false
-        for try await _ in rows { changed = true }
-        guard changed else {
+        guard try await changesRows(notifies ? notifying(query) : query) else {
             throw FleetError(
                 .leaseLost,
                 "\(action) of \(claim.id) (attempt \(claim.attempt)) refused: its lease is no longer \(claim.worker)'s. Another worker owns the operation now; nothing was changed."
             )
         }
+    }
+
+    /// Runs `query` (a write that returns the rows it changed) and tells whether it changed any.
+    private func changesRows(_ query: PostgresQuery) async throws -> Bool {
+        let rows = try await client.query(query, logger: logger)
+        var changed = false
+        for try await _ in rows { changed = true }
+        return changed
     }
 
     static func seconds(_ duration: Duration) -> Double {
@@ -429,20 +432,15 @@ public final class FleetStore: Sendable {
                 next_attempt_at = NULL, due_at = greatest(now(), not_before)
             WHERE id = \(id) AND area = 'failed' RETURNING id
             """
-        let rows = try await client.query(notifying(requeue), logger: logger)
-        var changed = false
-        for try await _ in rows { changed = true }
-        guard changed else { throw FleetError(.notFound, "No failed operation \(id) to re-queue.") }
+        guard try await changesRows(notifying(requeue)) else { throw FleetError(.notFound, "No failed operation \(id) to re-queue.") }
     }
 
     /// Deletes the failed operation `id`.
     ///
     /// - Throws: ``FleetError/Code/notFound`` when no failed operation has that identifier.
     public func purgeFailed(_ id: UUID) async throws {
-        let rows = try await client.query("DELETE FROM \(unescaped: schema).operations WHERE id = \(id) AND area = 'failed' RETURNING id", logger: logger)
-        var changed = false
-        for try await _ in rows { changed = true }
-        guard changed else { throw FleetError(.notFound, "No failed operation \(id) to purge.") }
+        let purge: PostgresQuery = "DELETE FROM \(unescaped: schema).operations WHERE id = \(id) AND area = 'failed' RETURNING id"
+        guard try await changesRows(purge) else { throw FleetError(.notFound, "No failed operation \(id) to purge.") }
     }
 }
 

@@ -87,10 +87,9 @@ final class TemporaryPostgreSQL: @unchecked Sendable {
 
     /// Runs `executable` to its end and returns its output (standard output and error).
     ///
-    /// Spawned with `posix_spawn` and reaped with `waitpid`, not with Foundation's `Process`:
-    /// on Linux, `Process` learns of its child's end through a descriptor the child inherits,
-    /// and the server `pg_ctl start` leaves running inherits it too, so `waitUntilExit()` would
-    /// wait for the server. Output goes to a file, not a pipe, for the same reason.
+    /// Through ``ChildProcess`` (not Foundation's `Process`, which would wait for the server
+    /// `pg_ctl start` leaves running). Output goes to a file, not a pipe, for the same reason:
+    /// the server inherits it, and a pipe would never reach its end.
     @discardableResult
     private static func run(_ executable: String, _ arguments: [String]) throws -> String {
         let outputPath = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-pg-output-\(UUID().uuidString)").path
